@@ -44,7 +44,11 @@ func (l *lockedRand) Float64() float64 { l.mu.Lock(); defer l.mu.Unlock(); retur
 func (l *lockedRand) IntN(n int) int   { l.mu.Lock(); defer l.mu.Unlock(); return l.r.IntN(n) }
 
 // Seed makes the picker's random choices repeatable.
-func (l *lockedRand) Seed(s uint64) { l.mu.Lock(); l.r = rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15)); l.mu.Unlock() }
+func (l *lockedRand) Seed(s uint64) {
+	l.mu.Lock()
+	l.r = rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
+	l.mu.Unlock()
+}
 
 // Seeder is implemented by plugins with random choices, so that benchmarks
 // can be repeated exactly.
