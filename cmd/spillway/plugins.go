@@ -1,0 +1,6 @@
+package main
+
+// Plugin packages register their types with the profiles registry in init.
+import (
+	_ "github.com/spillway-llm/spillway/profiles"
+)
