@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// progressBar draws one line per run on a terminal-ish writer.
+type progressBar struct {
+	w     io.Writer
+	mu    *sync.Mutex
+	name  string
+	label string
+	last  int
+}
+
+const barWidth = 30
+
+func (p *progressBar) start(label string, total int) {
+	p.label, p.last = label, -1
+	p.update(0, total)
+}
+
+func (p *progressBar) update(done, total int) {
+	if p.w == nil || total == 0 {
+		return
+	}
+	// redraw only when the bar moves a notch
+	notch := done * barWidth / total
+	if notch == p.last {
+		return
+	}
+	p.last = notch
+	p.draw(done, total)
+}
+
+func (p *progressBar) draw(done, total int) {
+	if p.w == nil {
+		return
+	}
+	fill := barWidth * done / max(total, 1)
+	p.mu.Lock()
+	fmt.Fprintf(p.w, "\r%-26s %-20s [%s%s] %d/%d", p.name, p.label, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill), done, total)
+	p.mu.Unlock()
+}
+
+func (p *progressBar) end() {
+	if p.w == nil {
+		return
+	}
+	p.mu.Lock()
+	fmt.Fprintln(p.w)
+	p.mu.Unlock()
+}
+
+func (p *progressBar) fail(err error) {
+	if p.w == nil {
+		return
+	}
+	p.mu.Lock()
+	fmt.Fprintf(p.w, "%-26s skipped: %v\n", p.name, err)
+	p.mu.Unlock()
+}
