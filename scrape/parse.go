@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -191,4 +192,76 @@ func splitList(s string) []string {
 		return nil
 	}
 	return out
+}
+
+// wanted holds every family and sample name the mapping reads, in both the
+// classic text and the OpenMetrics spelling.
+var wanted = func() map[string]struct{} {
+	m := map[string]struct{}{}
+	for _, n := range []string{vllmWaiting, vllmRunning, vllmKVUsage, vllmGPUCacheUsage, vllmCacheConfig,
+		vllmLoRA, vllmPrefixQueries, vllmPrefixHits, sglangQueue, sglangRunning, sglangTokenUsage} {
+		m[n] = struct{}{}
+		if b, ok := strings.CutSuffix(n, "_total"); ok {
+			m[b] = struct{}{}
+		}
+		if b, ok := strings.CutSuffix(n, "_info"); ok {
+			m[b] = struct{}{}
+		}
+	}
+	return m
+}()
+
+// filterLines appends to dst the lines of a text or OpenMetrics exposition
+// that belong to the families spillway reads, and drops the rest. An engine
+// exposes ~150 lines, mostly latency histograms; handing the parser only the
+// dozen lines it needs cuts the scrape's CPU by an order of magnitude.
+// Lines it cannot classify are kept, so the parser still sees (and rejects)
+// malformed input.
+func filterLines(dst, src []byte) []byte {
+	for len(src) > 0 {
+		line := src
+		if i := bytes.IndexByte(src, '\n'); i >= 0 {
+			line, src = src[:i+1], src[i+1:]
+		} else {
+			src = nil
+		}
+		if keepLine(line) {
+			dst = append(dst, line...)
+		}
+	}
+	if len(dst) > 0 && dst[len(dst)-1] != '\n' {
+		dst = append(dst, '\n')
+	}
+	return dst
+}
+
+func keepLine(line []byte) bool {
+	s := bytes.TrimLeft(line, " \t")
+	if len(s) == 0 || s[0] == '\n' || s[0] == '\r' {
+		return false
+	}
+	if s[0] == '#' {
+		rest := bytes.TrimLeft(s[1:], " \t")
+		switch {
+		case bytes.HasPrefix(rest, []byte("EOF")):
+			return true // OpenMetrics terminator
+		case bytes.HasPrefix(rest, []byte("TYPE ")):
+			return isWanted(bytes.TrimLeft(rest[5:], " \t"))
+		}
+		return false // HELP, UNIT and plain comments do not feed the mapping
+	}
+	if s[0] == '{' {
+		return true // UTF-8 quoted name: let the parser decide
+	}
+	return isWanted(s)
+}
+
+// isWanted reports whether the metric name that starts s is one we read.
+func isWanted(s []byte) bool {
+	end := 0
+	for end < len(s) && s[end] != '{' && s[end] != ' ' && s[end] != '\t' && s[end] != '\r' && s[end] != '\n' {
+		end++
+	}
+	_, ok := wanted[string(s[:end])]
+	return ok
 }

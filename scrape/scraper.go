@@ -159,6 +159,7 @@ type target struct {
 	url    string
 	req    *http.Request
 	buf    bytes.Buffer
+	kept   []byte // the lines of buf that the mapping reads
 	rd     bytes.Reader
 	parser expfmt.TextParser
 	fams   families
@@ -253,8 +254,14 @@ func (t *target) scrape(now time.Time) (*profiles.Metrics, error) {
 }
 
 func (t *target) parse(format expfmt.Format) (families, error) {
-	t.rd.Reset(t.buf.Bytes())
-	switch format.FormatType() {
+	typ := format.FormatType()
+	if typ == expfmt.TypeProtoDelim {
+		t.rd.Reset(t.buf.Bytes())
+	} else {
+		t.kept = filterLines(t.kept[:0], t.buf.Bytes())
+		t.rd.Reset(t.kept)
+	}
+	switch typ {
 	case expfmt.TypeOpenMetrics, expfmt.TypeProtoDelim:
 		clear(t.fams)
 		dec := expfmt.NewDecoder(&t.rd, format)
