@@ -61,7 +61,7 @@ type LevelResult struct {
 	E2EMs               Percentiles    `json:"e2eMs"`
 	InputTokensPerSec   float64        `json:"inputTokensPerSec"`
 	OutputTokensPerSec  float64        `json:"outputTokensPerSec"`
-	GoodputFraction     float64        `json:"goodputFraction"`     // completed requests meeting their SLO / requests
+	GoodputFraction     float64        `json:"goodputFraction"` // completed requests meeting their SLO / requests
 	GoodputPerSec       float64        `json:"goodputRequestsPerSec"`
 	PrefixHitRate       float64        `json:"prefixHitRate"`       // cached prompt tokens / prompt tokens
 	RequestsPerEndpoint map[string]int `json:"requestsPerEndpoint"` // destination endpoints (and prefill endpoints when disaggregated)
@@ -82,7 +82,7 @@ type Percentiles struct {
 type Knee struct {
 	// Index into Levels of the highest load before the knee metric first
 	// crosses the bound; -1 when even the lowest level crosses it.
-	Index int `json:"index"`
+	Index int     `json:"index"`
 	Load  float64 `json:"load"`
 	// Reached is false when no level crossed the bound (the knee lies
 	// beyond the highest level tried).

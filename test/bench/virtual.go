@@ -42,12 +42,12 @@ type run struct {
 	seed     uint64
 	progress func(done, total int)
 
-	vf      *sim.VirtualFleet
-	eps     []*profiles.Endpoint
-	engines map[string]*sim.Engine // by address
-	names   map[string]string      // address → name
-	sched   *profiles.Scheduler
-	reg     *prometheus.Registry
+	vf       *sim.VirtualFleet
+	eps      []*profiles.Endpoint
+	engines  map[string]*sim.Engine // by address
+	names    map[string]string      // address → name
+	sched    *profiles.Scheduler
+	reg      *prometheus.Registry
 	imageTok func(w, h int) int
 
 	records  []record
