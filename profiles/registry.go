@@ -146,7 +146,7 @@ func jsonKind(t reflect.Type) string {
 		return "boolean"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if t.String() == "time.Duration" {
+		if t.String() == "time.Duration" || t == reflect.TypeOf(Duration(0)) {
 			return "duration"
 		}
 		return "integer"
