@@ -390,4 +390,3 @@ func (s *MarginalCostScorer) janitor(ctx context.Context) {
 		}
 	}
 }
-
