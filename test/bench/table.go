@@ -15,7 +15,6 @@ func (r *Results) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "config\t%s\treqs\tfail\tTTFT p50\tp90\tp99\tTPOT p90\te2e p90\tin tok/s\tout tok/s\tgoodput\thit\timbal\treleases\t\n", unit)
 	for _, c := range r.Configs {
 		if c.Error != "" {
-			fmt.Fprintf(tw, "%s\tskipped: %s\t\n", c.Name, firstLine(c.Error))
 			continue
 		}
 		for _, l := range c.Levels {
@@ -26,6 +25,11 @@ func (r *Results) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, c := range r.Configs {
+		if c.Error != "" {
+			fmt.Fprintf(w, "%s: skipped: %s\n", c.Name, firstLine(c.Error))
+		}
 	}
 	fmt.Fprintf(w, "\nknee: highest %s with %s ≤ %gms; ratio = throughput at the knee vs %s\n", unit, r.Workload.KneeMetric, r.Workload.KneeBoundMs, r.Baseline)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
