@@ -170,6 +170,9 @@ func (e *Engine) blocks(tokens int) int {
 
 // submit queues r at the current simulated time.
 func (e *Engine) submit(r *Request) {
+	if r.BlockHashes == nil && !e.noKV {
+		r.BlockHashes = BlockHashes(r.Prompt, e.Prof.BlockSize)
+	}
 	now := e.drv.now()
 	r.engine = e
 	r.arrival = now
@@ -180,9 +183,6 @@ func (e *Engine) submit(r *Request) {
 		(!e.noKV && e.blocks(len(r.Prompt)+r.MaxTokens) > e.Prof.NumGPUBlocks) {
 		e.fail(r, now, ErrTooLong)
 		return
-	}
-	if r.BlockHashes == nil && !e.noKV {
-		r.BlockHashes = BlockHashes(r.Prompt, e.Prof.BlockSize)
 	}
 	r.target = len(r.Prompt)
 	if r.RemotePrefill && r.TransferDelay > 0 {
