@@ -107,18 +107,7 @@ func finish(res *Results, baseline string) error {
 func runConfig(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Fleet, seed uint64, pb *progressBar) (ConfigResult, error) {
 	cr := ConfigResult{Name: c.Name, File: c.File}
 	spec := plan.Spec
-	var groups [][]int
-	if spec.Arrival.Ramp {
-		all := make([]int, len(plan.Levels))
-		for i := range all {
-			all[i] = i
-		}
-		groups = [][]int{all}
-	} else {
-		for i := range plan.Levels {
-			groups = append(groups, []int{i})
-		}
-	}
+	groups := levelGroups(plan)
 	stage := time.Duration(spec.Arrival.DurationSeconds * float64(time.Second))
 	for _, g := range groups {
 		r, err := newRun(c, plan, fleet, seed)
@@ -189,4 +178,21 @@ func fleetInfo(f *Fleet) FleetInfo {
 		fi.Endpoints += p.Count
 	}
 	return fi
+}
+
+// levelGroups lists the runs a plan needs: one run playing every level
+// back to back when the workload ramps, else one cold run per level.
+func levelGroups(plan *workloads.Plan) [][]int {
+	if plan.Spec.Arrival.Ramp {
+		all := make([]int, len(plan.Levels))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var groups [][]int
+	for i := range plan.Levels {
+		groups = append(groups, []int{i})
+	}
+	return groups
 }

@@ -19,6 +19,10 @@ type CommandOptions struct {
 	Baseline    string
 	KneeBoundMs float64
 	Parallel    int
+	// Real drives real-HTTP simulators through the gateway instead of
+	// virtual time; TimeScale speeds them up (default 4).
+	Real      bool
+	TimeScale float64
 }
 
 // DefaultConfigs is what `spillway bench` compares when --configs is not
@@ -83,8 +87,14 @@ func RunCommand(ctx context.Context, o CommandOptions, stdout, stderr io.Writer)
 	if len(cfgs) == 0 {
 		return nil, "", fmt.Errorf("--configs names no configuration")
 	}
-	res, err := Run(ctx, Options{Workload: spec, Fleet: fl, Configs: cfgs, Seed: o.Seed, Baseline: o.Baseline,
-		KneeBoundMs: o.KneeBoundMs, Progress: stderr, Parallel: o.Parallel})
+	opts := Options{Workload: spec, Fleet: fl, Configs: cfgs, Seed: o.Seed, Baseline: o.Baseline,
+		KneeBoundMs: o.KneeBoundMs, Progress: stderr, Parallel: o.Parallel}
+	var res *Results
+	if o.Real {
+		res, err = RunReal(ctx, opts, RealOptions{TimeScale: o.TimeScale})
+	} else {
+		res, err = Run(ctx, opts)
+	}
 	if err != nil {
 		return nil, "", err
 	}

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/spillway-llm/spillway/test/workloads"
+)
+
+// TestRealHTTPRoundRobin drives the demo workload over real HTTP through the
+// gateway to simulators on loopback and checks that every request was
+// served, spread evenly, with measured latencies.
+func TestRealHTTPRoundRobin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HTTP run")
+	}
+	spec, err := workloads.Load("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Arrival.Levels = spec.Arrival.Levels[:2]
+	spec.Arrival.DurationSeconds = 4
+	fl, _ := LoadFleet("demo")
+	c, _ := LoadConfig("k8-round-robin")
+	res, err := RunReal(context.Background(), Options{Workload: spec, Fleet: fl, Configs: []*Config{c}}, RealOptions{TimeScale: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := res.Configs[0]
+	if cr.Error != "" {
+		t.Fatal(cr.Error)
+	}
+	for _, l := range cr.Levels {
+		if l.Requests == 0 || l.Failed != 0 || l.Completed != l.Requests {
+			t.Fatalf("level %g: %d requests, %d failed, %d completed", l.Load, l.Requests, l.Failed, l.Completed)
+		}
+		if l.TTFTMs.P50 <= 0 || l.InputTokensPerSec <= 0 {
+			t.Fatalf("level %g: no latencies measured: %+v", l.Load, l)
+		}
+		n := 0
+		for _, v := range l.RequestsPerEndpoint {
+			n += v
+		}
+		if n == 0 || len(l.RequestsPerEndpoint) != 4 {
+			t.Fatalf("level %g: per-endpoint counts %v", l.Load, l.RequestsPerEndpoint)
+		}
+	}
+	t.Logf("%+v", cr.Levels)
+}
