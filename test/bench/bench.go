@@ -63,7 +63,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			cr, err := runConfig(ctx, c, plan, o.Fleet, seed, &progressBar{w: o.Progress, mu: &mu, name: c.Name})
+			cr, err := runConfig(ctx, c, plan, o.Fleet, seed, &progressBar{w: o.Progress, tty: isTerminal(o.Progress), mu: &mu, name: c.Name})
 			res.Configs[i] = cr
 			errs[i] = err
 		}()

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 )
@@ -10,6 +11,7 @@ import (
 // progressBar draws one line per run on a terminal-ish writer.
 type progressBar struct {
 	w     io.Writer
+	tty   bool // redraw in place; otherwise print the finished bar only
 	mu    *sync.Mutex
 	name  string
 	label string
@@ -33,7 +35,9 @@ func (p *progressBar) update(done, total int) {
 		return
 	}
 	p.last = notch
-	p.draw(done, total)
+	if p.tty || done == total {
+		p.draw(done, total)
+	}
 }
 
 func (p *progressBar) draw(done, total int) {
@@ -41,8 +45,12 @@ func (p *progressBar) draw(done, total int) {
 		return
 	}
 	fill := barWidth * done / max(total, 1)
+	cr := ""
+	if p.tty {
+		cr = "\r"
+	}
 	p.mu.Lock()
-	fmt.Fprintf(p.w, "\r%-26s %-20s [%s%s] %d/%d", p.name, p.label, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill), done, total)
+	fmt.Fprintf(p.w, cr+"%-26s %-20s [%s%s] %d/%d", p.name, p.label, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill), done, total)
 	p.mu.Unlock()
 }
 
@@ -62,4 +70,14 @@ func (p *progressBar) fail(err error) {
 	p.mu.Lock()
 	fmt.Fprintf(p.w, "%-26s skipped: %v\n", p.name, err)
 	p.mu.Unlock()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,7 +93,7 @@ func startRealFleet(ctx context.Context, cfg *Config, fleet *Fleet, model string
 	log := slog.New(slog.DiscardHandler)
 	st, err := director.NewStack(sctx, director.StackOptions{ConfigPath: cfgPath, Source: staticSource(specs), ScrapeInterval: o.ScrapeInterval, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("configuration %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("configuration %s: %s", cfg.Name, strings.ReplaceAll(err.Error(), cfgPath, cfg.File))
 	}
 	rf.stack = st
 	go func() { rf.runDone <- st.Run(sctx) }()
@@ -175,7 +176,7 @@ func RunReal(ctx context.Context, o Options, ro RealOptions) (*Results, error) {
 	}
 	var mu sync.Mutex
 	for _, c := range o.Configs {
-		cr, err := runReal(ctx, c, plan, o.Fleet, ro, &progressBar{w: o.Progress, mu: &mu, name: c.Name})
+		cr, err := runReal(ctx, c, plan, o.Fleet, ro, &progressBar{w: o.Progress, tty: isTerminal(o.Progress), mu: &mu, name: c.Name})
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,11 @@
+package bench
+
+// Plugin packages register their types with the profiles registry in init;
+// the harness runs whatever configurations they make loadable.
+import (
+	_ "github.com/spillway-llm/spillway/costmodel"
+	_ "github.com/spillway-llm/spillway/decode"
+	_ "github.com/spillway-llm/spillway/encode"
+	_ "github.com/spillway-llm/spillway/prefill"
+	_ "github.com/spillway-llm/spillway/profiles"
+)
