@@ -255,16 +255,16 @@ func runReal(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Fleet,
 // loadGen plays a plan over HTTP. Times are recorded in simulated time
 // (wall × scale since start).
 type loadGen struct {
-	rf       *realFleet
-	spec     *workloads.Spec
-	scale    float64
-	start    time.Time
-	pb       *progressBar
-	mu       sync.Mutex
-	recs     []record
-	done     int
-	total    int
-	nextID   int
+	rf     *realFleet
+	spec   *workloads.Spec
+	scale  float64
+	start  time.Time
+	pb     *progressBar
+	mu     sync.Mutex
+	recs   []record
+	done   int
+	total  int
+	nextID int
 }
 
 func (g *loadGen) sim() time.Duration { return time.Duration(float64(time.Since(g.start)) * g.scale) }
