@@ -66,7 +66,10 @@ func Serve(ctx context.Context, srv *Server, o ServeOptions) error {
 	var servers []*grpc.Server
 	errc := make(chan error, 2)
 	if o.Listener != nil {
-		var opts []grpc.ServerOption
+		// Request bodies of long prompts are hundreds of KiB: a window
+		// larger than HTTP/2's 64 KiB default lets Envoy send one without
+		// waiting for window updates (Envoy's own windows are 256 MiB).
+		opts := []grpc.ServerOption{grpc.InitialWindowSize(4 << 20), grpc.InitialConnWindowSize(16 << 20)}
 		if o.CertPath != "" {
 			creds, err := credentials.NewServerTLSFromFile(o.CertPath, o.KeyPath)
 			if err != nil {

@@ -90,6 +90,11 @@ func (st *exchangeState) handle(ctx context.Context, msg *extprocv3.ProcessingRe
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		st.headers = headerMap(v.RequestHeaders.GetHeaders())
 		st.hint = subsetHint(msg.MetadataContext)
+		// Size the buffer once when the length is known: long prompts
+		// would otherwise be copied on every doubling.
+		if cl, err := strconv.Atoi(st.headers["content-length"]); err == nil && cl > 0 && cl <= st.s.d.MaxBodyBytes() {
+			st.body = make([]byte, 0, cl)
+		}
 		if v.RequestHeaders.GetEndOfStream() {
 			return st.route(ctx, false, false)
 		}

@@ -35,6 +35,14 @@ type harness struct {
 func start(t testing.TB, fallbacks int, opts director.Options) *harness {
 	t.Helper()
 	env := directortest.New(t, fallbacks, opts)
+	h := serveDirector(t, env.Director, env.Store.Synced)
+	h.env = env
+	return h
+}
+
+// serveDirector runs extproc.Serve for d on loopback ports and connects.
+func serveDirector(t testing.TB, d *director.Director, ready func() bool) *harness {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -46,11 +54,11 @@ func start(t testing.TB, fallbacks int, opts director.Options) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- extproc.Serve(ctx, extproc.NewServer(env.Director, nil), extproc.ServeOptions{
-			Listener: ln, HealthListener: hln, Ready: env.Store.Synced, ReadyPoll: 5 * time.Millisecond,
+		done <- extproc.Serve(ctx, extproc.NewServer(d, nil), extproc.ServeOptions{
+			Listener: ln, HealthListener: hln, Ready: ready, ReadyPoll: 5 * time.Millisecond,
 		})
 	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(ln.Addr().String(), append(envoyWindows, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +74,11 @@ func start(t testing.TB, fallbacks int, opts director.Options) *harness {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &harness{env: env, client: extprocv3.NewExternalProcessorClient(conn), health: healthpb.NewHealthClient(conn), hhealth: healthpb.NewHealthClient(hconn)}
+	return &harness{client: extprocv3.NewExternalProcessorClient(conn), health: healthpb.NewHealthClient(conn), hhealth: healthpb.NewHealthClient(hconn)}
 }
+
+// envoyWindows mimics Envoy's large HTTP/2 flow-control windows.
+var envoyWindows = []grpc.DialOption{grpc.WithInitialWindowSize(256 << 20), grpc.WithInitialConnWindowSize(256 << 20)}
 
 func hdrs(kv ...string) *corev3.HeaderMap {
 	hm := &corev3.HeaderMap{}
