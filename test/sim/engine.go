@@ -139,11 +139,13 @@ type Engine struct {
 	// macro-stepping (virtual time only): k identical decode-only steps
 	// planned at once; exact, because an arrival truncates the run at the
 	// first step boundary after it.
-	macroOK  bool
-	loopIdx  int32
-	macroK   int
-	macroDec int
-	macroCtx int64
+	macroOK bool
+	loopIdx int32
+	// step-time constants in seconds (Profile.StepTime, precomputed)
+	fA, fAttn, fBase, fSeq, fCtx float64
+	macroK                       int
+	macroDec                     int
+	macroCtx                     int64
 
 	prefixQueries, prefixHits, promptTokens, genTokens, preemptions, finished uint64
 
@@ -155,6 +157,8 @@ var ErrTooLong = errors.New("sim: request exceeds max_model_len or KV capacity")
 
 func newEngine(name string, p Profile, role Role, epoch time.Time, drv driver) *Engine {
 	e := &Engine{Name: name, Prof: p, Role: role, Epoch: epoch, drv: drv, kv: newKVCache(p.NumGPUBlocks)}
+	e.fA, e.fAttn, e.fBase = p.perToken(), p.perToken()*p.AttnRatio, p.StepBase.Seconds()
+	e.fSeq, e.fCtx = p.DecodePerSeq.Seconds(), p.DecodePerCtxToken.Seconds()
 	e.noKV = role == RoleEncode
 	return e
 }
@@ -242,8 +246,7 @@ func (e *Engine) truncateMacro(now int64) {
 }
 
 func (e *Engine) decodeStepTime(d int, ctx int64) time.Duration {
-	p := &e.Prof
-	s := p.StepBase.Seconds() + p.DecodePerSeq.Seconds()*float64(d) + p.DecodePerCtxToken.Seconds()*float64(ctx)
+	s := e.fBase + e.fSeq*float64(d) + e.fCtx*float64(ctx)
 	return time.Duration(s * 1e9)
 }
 
@@ -350,6 +353,7 @@ func (e *Engine) plan(now int64) (int64, bool) {
 		budget -= n
 		e.sched = append(e.sched, r)
 	}
+	blocked := len(e.waiting) > 0 && len(e.running) >= p.MaxNumSeqs
 	for len(e.waiting) > 0 && len(e.running) < p.MaxNumSeqs && budget > 0 {
 		r := e.waiting[0]
 		if !r.looked {
@@ -360,8 +364,11 @@ func (e *Engine) plan(now int64) (int64, bool) {
 			n = budget
 		}
 		if !e.grow(r, r.computed+n) {
-			// vLLM keeps nothing for a request it could not admit.
-			e.dropKV(r, now)
+			// vLLM keeps nothing for a request it could not admit (and a
+			// failed lookup does not count as a use for LRU).
+			e.kv.unpinQuiet(r.pin)
+			r.pin, r.pinEnd = nil, 0
+			blocked = true
 			r.looked, r.computed = false, 0
 			if len(e.running) == 0 && e.held == 0 {
 				// Nothing else holds KV: it can never fit.
@@ -376,12 +383,19 @@ func (e *Engine) plan(now int64) (int64, bool) {
 		r.sched = n
 		budget -= n
 		e.sched = append(e.sched, r)
+		if len(e.running) >= p.MaxNumSeqs && len(e.waiting) > 0 {
+			blocked = true
+		}
 	}
 	if len(e.sched) == 0 {
 		return 0, false
 	}
 	e.macroK = 0
-	if e.macroOK && len(e.waiting) == 0 && !e.noKV {
+	// A decode-only step can be repeated exactly while nothing can be
+	// admitted: the queue is empty, or its head is blocked on KV or
+	// max-num-seqs (decodes only consume KV, and nothing completes before
+	// the run's last step).
+	if e.macroOK && (len(e.waiting) == 0 || blocked) && !e.noKV {
 		if k := e.planMacro(); k > 1 {
 			e.stepStart = now
 			e.macroK = k
@@ -391,11 +405,13 @@ func (e *Engine) plan(now int64) (int64, bool) {
 	return int64(e.stepTime()), true
 }
 
-const maxMacro = 16
+const maxMacro = 64
 
-// planMacro turns a decode-only step into k ≤ 16 steps when nothing can
-// change in between (no waiting work, no per-token callbacks, KV for all k
-// tokens free without eviction, no completion before the last).
+// planMacro turns a decode-only step into k ≤ 64 steps when nothing can
+// change in between (no per-token callbacks, KV for all k tokens free
+// without eviction, no completion before the last). The run's KV is
+// reserved up front (≤ 4 blocks per sequence early) and trimmed if an
+// arrival truncates it.
 func (e *Engine) planMacro() int {
 	k := maxMacro
 	var ctx int64
@@ -411,14 +427,19 @@ func (e *Engine) planMacro() int {
 	if k < 2 {
 		return 0
 	}
-	need := 0
-	for _, r := range e.sched {
-		if n := e.blocks(r.computed+k) - r.pinEnd - r.priv; n > 0 {
-			need += n
+	for {
+		need := 0
+		for _, r := range e.sched {
+			if n := e.blocks(r.computed+k) - r.pinEnd - r.priv; n > 0 {
+				need += n
+			}
 		}
-	}
-	if need > e.kv.free() {
-		return 0
+		if need <= e.kv.free() {
+			break
+		}
+		if k /= 2; k < 2 {
+			return 0
+		}
 	}
 	for _, r := range e.sched {
 		e.grow(r, r.computed+k)
@@ -437,20 +458,19 @@ func (e *Engine) stepTime() time.Duration {
 		}
 		return p.StepBase + time.Duration(tok)*p.EncodePerToken
 	}
-	a := p.perToken()
-	s := p.StepBase.Seconds()
+	s := e.fBase
 	var dec int
 	var ctx int64
 	for _, r := range e.sched {
 		if r.computed < r.target {
 			n, c := float64(r.sched), float64(r.computed)
-			s += a*n + a*p.AttnRatio*n*(c+n/2)
+			s += e.fA*n + e.fAttn*n*(c+n/2)
 		} else {
 			dec++
 			ctx += int64(r.computed)
 		}
 	}
-	s += p.DecodePerSeq.Seconds()*float64(dec) + p.DecodePerCtxToken.Seconds()*float64(ctx)
+	s += e.fSeq*float64(dec) + e.fCtx*float64(ctx)
 	return time.Duration(s * 1e9)
 }
 

@@ -4,6 +4,7 @@ package sim
 // a radix tree over chained block hashes, and LRU eviction of unreferenced
 // blocks.
 //
+// Nodes view the callers' BlockHashes arrays (never copied, never written).
 // The tree is run-length: a node holds a run of consecutive block hashes, so
 // matching a 70k-token prompt is one pass of uint64 compares and pinning,
 // unpinning and evicting cost O(tree depth), not O(blocks). A request pins
@@ -126,6 +127,13 @@ func (c *kvCache) unpin(n *kvNode, now int64) {
 	c.fix(n)
 }
 
+// unpinQuiet drops a pin without marking the path used.
+func (c *kvCache) unpinQuiet(n *kvNode) {
+	if n != nil && n != &c.root {
+		c.addRef(n, -1)
+	}
+}
+
 // insert extends the tree below pinned node pin (holding the first pinEnd
 // blocks of hashes) with hashes[pinEnd:upto], moves the pin to the new deepest
 // node and returns it with the number of those blocks that were already
@@ -151,7 +159,12 @@ func (c *kvCache) insert(pin *kvNode, pinEnd int, hashes []uint64, upto int, tok
 		}
 		c.treeBlocks += upto - i
 		if cur == pin && cur != &c.root && cur.ref == 1 && len(cur.children) == 0 {
-			cur.hashes = append(cur.hashes, hashes[i:upto]...)
+			if len(cur.hashes) > 0 && &cur.hashes[0] == &hashes[cur.depth] {
+				// the node already views this request's hash array: extend the view
+				cur.hashes = hashes[cur.depth:upto:upto]
+			} else {
+				cur.hashes = append(cur.hashes, hashes[i:upto]...)
+			}
 			c.refBlocks += upto - i
 		} else {
 			nn := &kvNode{parent: cur, hashes: hashes[i:upto:upto], heapIdx: -1, depth: i, lastUse: now}
