@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ type pickerFlags struct {
 	metricsPort     int
 	refreshInterval time.Duration
 	scrapeTimeout   time.Duration
+	bindAddress     string
 }
 
 func (f *pickerFlags) add(cmd *cobra.Command) {
@@ -36,7 +38,12 @@ func (f *pickerFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.endpoints, "endpoints", "", "static endpoints file (YAML: endpoints: [{name, address, labels}]); re-read when it changes")
 	fl.IntVar(&f.metricsPort, "metrics-port", 9090, "port for /metrics, /healthz and /readyz (0 disables)")
 	fl.DurationVar(&f.refreshInterval, "refresh-metrics-interval", 50*time.Millisecond, "how often each endpoint's /metrics is scraped")
+	fl.StringVar(&f.bindAddress, "bind-address", "", "IP address the picker's ports listen on (empty: all interfaces)")
 	fl.DurationVar(&f.scrapeTimeout, "scrape-timeout", 0, "timeout of one engine-metrics scrape (0: the staleness bound, max(10×interval, 500ms))")
+}
+
+func (f *pickerFlags) hostPort(port int) string {
+	return net.JoinHostPort(f.bindAddress, strconv.Itoa(port))
 }
 
 // endpointSource builds the discovery source from the flags. It is the
@@ -72,7 +79,7 @@ func runPicker(cmd *cobra.Command, f *pickerFlags, serve func(ctx context.Contex
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.Run(gctx) })
 	if f.metricsPort != 0 {
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", f.metricsPort))
+		ln, err := net.Listen("tcp", f.hostPort(f.metricsPort))
 		if err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
@@ -111,13 +118,13 @@ x-spillway-decision response header.`,
 				return errors.New("--cert-path and --key-path go together")
 			}
 			return runPicker(cmd, &f, func(ctx context.Context, st *director.Stack) error {
-				ln, err := net.Listen("tcp", fmt.Sprintf(":%d", grpcPort))
+				ln, err := net.Listen("tcp", f.hostPort(grpcPort))
 				if err != nil {
 					return fmt.Errorf("ext_proc listener: %w", err)
 				}
 				var hln net.Listener
 				if healthPort != 0 && healthPort != grpcPort {
-					if hln, err = net.Listen("tcp", fmt.Sprintf(":%d", healthPort)); err != nil {
+					if hln, err = net.Listen("tcp", f.hostPort(healthPort)); err != nil {
 						ln.Close()
 						return fmt.Errorf("health listener: %w", err)
 					}
