@@ -1,0 +1,278 @@
+package kvtransfer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+)
+
+// API paths the sidecar orchestrates.
+const (
+	PathChatCompletions = "/v1/chat/completions"
+	PathCompletions     = "/v1/completions"
+	PathResponses       = "/v1/responses"
+)
+
+// prefillKVParams asks the prefiller to keep the KV blocks for a remote
+// decoder (vLLM NixlConnector).
+var prefillKVParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
+
+var (
+	jsonOne   = json.RawMessage(`1`)
+	jsonFalse = json.RawMessage(`false`)
+)
+
+// fields is a request body's top-level members, values kept verbatim.
+type fields map[string]json.RawMessage
+
+func parseBody(body []byte) (fields, error) {
+	t := bytes.TrimSpace(body)
+	if len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("request body must be a JSON object")
+	}
+	var f fields
+	if err := json.Unmarshal(t, &f); err != nil {
+		return nil, fmt.Errorf("malformed JSON body: %v", err)
+	}
+	// Transfer parameters are the sidecar's to set: a client-supplied
+	// kv_transfer_params could aim the decoder's KV pull at any host.
+	delete(f, "kv_transfer_params")
+	delete(f, "ec_transfer_params")
+	return f, nil
+}
+
+func (f fields) marshal() []byte {
+	b, err := json.Marshal(map[string]json.RawMessage(f))
+	if err != nil {
+		// Values are RawMessages that came from a valid document or are
+		// constants; failure is a programming error.
+		panic(fmt.Sprintf("kvtransfer: re-encoding body: %v", err))
+	}
+	return b
+}
+
+// prefillBody is the prefill leg's body (protocols.md §3.1): the client's
+// body with do_remote_decode, no streaming and every output limit 1.
+func prefillBody(path string, orig fields, ec json.RawMessage) []byte {
+	f := maps.Clone(orig)
+	f["kv_transfer_params"] = prefillKVParams
+	f["stream"] = jsonFalse
+	delete(f, "stream_options")
+	if path == PathResponses {
+		f["max_output_tokens"] = jsonOne
+	} else {
+		f["max_tokens"] = jsonOne
+		if _, ok := f["max_completion_tokens"]; ok {
+			f["max_completion_tokens"] = jsonOne
+		}
+	}
+	if _, ok := f["min_tokens"]; ok {
+		f["min_tokens"] = jsonOne
+	}
+	if len(ec) > 0 {
+		f["ec_transfer_params"] = ec
+	}
+	return f.marshal()
+}
+
+// decodeBody is the decode leg's body: the client's body as sent plus the
+// prefill's kv_transfer_params verbatim (and the encoders' merged
+// ec_transfer_params when no prefill leg consumed them). With nothing to
+// add and nothing stripped the original bytes are forwarded untouched.
+func decodeBody(raw []byte, orig fields, stripped bool, kv, ec json.RawMessage) []byte {
+	if len(kv) == 0 && len(ec) == 0 && !stripped {
+		return raw
+	}
+	f := maps.Clone(orig)
+	if len(kv) > 0 {
+		f["kv_transfer_params"] = kv
+	}
+	if len(ec) > 0 {
+		f["ec_transfer_params"] = ec
+	}
+	return f.marshal()
+}
+
+// multimodalParts returns the request's multimodal parts in order of
+// appearance (chat messages[].content[], responses input[].content[]).
+func multimodalParts(path string, f fields) ([]json.RawMessage, error) {
+	var msgsRaw json.RawMessage
+	switch path {
+	case PathChatCompletions:
+		msgsRaw = f["messages"]
+	case PathResponses:
+		msgsRaw = f["input"]
+	default:
+		return nil, nil
+	}
+	t := bytes.TrimSpace(msgsRaw)
+	if len(t) == 0 || t[0] != '[' {
+		return nil, nil
+	}
+	var msgs []struct {
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(t, &msgs); err != nil {
+		return nil, fmt.Errorf("messages: %v", err)
+	}
+	var out []json.RawMessage
+	for _, m := range msgs {
+		c := bytes.TrimSpace(m.Content)
+		if len(c) == 0 || c[0] != '[' {
+			continue
+		}
+		var parts []json.RawMessage
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return nil, fmt.Errorf("content: %v", err)
+		}
+		for _, p := range parts {
+			var head struct {
+				Type     string          `json:"type"`
+				ImageURL json.RawMessage `json:"image_url"`
+			}
+			if err := json.Unmarshal(p, &head); err != nil {
+				return nil, fmt.Errorf("content part: %v", err)
+			}
+			switch head.Type {
+			case "image_url", "video_url", "input_audio", "audio_url":
+				out = append(out, p)
+			case "input_image":
+				// Responses API: {"type":"input_image","image_url":"URL"}.
+				var url string
+				if err := json.Unmarshal(head.ImageURL, &url); err != nil {
+					return nil, fmt.Errorf("input_image.image_url must be a string: %v", err)
+				}
+				conv, _ := json.Marshal(map[string]any{"type": "image_url", "image_url": map[string]string{"url": url}})
+				out = append(out, conv)
+			}
+		}
+	}
+	return out, nil
+}
+
+// encoderBody asks an encoder to encode one item (protocols.md §3.4).
+func encoderBody(model json.RawMessage, part json.RawMessage) []byte {
+	f := fields{
+		"messages":   json.RawMessage(`[{"role":"user","content":[` + string(part) + `]}]`),
+		"max_tokens": jsonOne,
+		"stream":     jsonFalse,
+	}
+	if len(model) > 0 {
+		f["model"] = model
+	}
+	return f.marshal()
+}
+
+// mergeEC merges encoder responses' ec_transfer_params (objects keyed by mm
+// hash) into one object; nil when there is nothing.
+func mergeEC(parts []json.RawMessage) json.RawMessage {
+	merged := map[string]json.RawMessage{}
+	for _, p := range parts {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(p, &m) == nil {
+			maps.Copy(merged, m)
+		}
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(merged)
+	return b
+}
+
+// legResponse is what the sidecar reads from prefill and encoder answers.
+type legResponse struct {
+	KV    json.RawMessage `json:"kv_transfer_params"`
+	EC    json.RawMessage `json:"ec_transfer_params"`
+	Usage *struct {
+		PromptDetails *struct {
+			Cached *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		InputDetails *struct {
+			Cached *int `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
+	} `json:"usage"`
+}
+
+func isNull(r json.RawMessage) bool {
+	t := bytes.TrimSpace(r)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// cachedTokens returns the cached-token count a response reported.
+func (l *legResponse) cachedTokens() (int, bool) {
+	if l.Usage == nil {
+		return 0, false
+	}
+	if d := l.Usage.PromptDetails; d != nil && d.Cached != nil {
+		return *d.Cached, true
+	}
+	if d := l.Usage.InputDetails; d != nil && d.Cached != nil {
+		return *d.Cached, true
+	}
+	return 0, false
+}
+
+// rewriteCached sets usage.*_tokens_details.cached_tokens in one response
+// object (a full body or one SSE event): top-level "usage" (chat,
+// completions) or "response.usage" (responses API events). It returns the
+// input unchanged when there is no usage object.
+func rewriteCached(obj []byte, cached int) []byte {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(obj, &top) != nil {
+		return obj
+	}
+	if u, ok := top["usage"]; ok && !isNull(u) {
+		nu, ok := rewriteUsage(u, cached)
+		if !ok {
+			return obj
+		}
+		top["usage"] = nu
+		b, _ := json.Marshal(top)
+		return b
+	}
+	if r, ok := top["response"]; ok && !isNull(r) {
+		var resp map[string]json.RawMessage
+		if json.Unmarshal(r, &resp) != nil {
+			return obj
+		}
+		u, ok := resp["usage"]
+		if !ok || isNull(u) {
+			return obj
+		}
+		nu, ok := rewriteUsage(u, cached)
+		if !ok {
+			return obj
+		}
+		resp["usage"] = nu
+		top["response"], _ = json.Marshal(resp)
+		b, _ := json.Marshal(top)
+		return b
+	}
+	return obj
+}
+
+func rewriteUsage(u json.RawMessage, cached int) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(u, &m) != nil {
+		return nil, false
+	}
+	key := "prompt_tokens_details"
+	if _, ok := m["input_tokens"]; ok {
+		key = "input_tokens_details" // responses API usage shape
+	}
+	var d map[string]json.RawMessage
+	if v, ok := m[key]; ok && !isNull(v) {
+		if json.Unmarshal(v, &d) != nil {
+			return nil, false
+		}
+	}
+	if d == nil {
+		d = map[string]json.RawMessage{}
+	}
+	d["cached_tokens"] = json.RawMessage(fmt.Sprint(cached))
+	m[key], _ = json.Marshal(d)
+	b, _ := json.Marshal(m)
+	return b, true
+}
