@@ -215,8 +215,10 @@ func (r *run) issue(s *session) {
 		Model: r.plan.Spec.Model, Stream: true, IncludeUsage: true, MaxTokens: t.MaxTokens,
 		Tokens: profiles.TokenCounts{Text: len(s.ids), Image: imgTok, Weighted: float64(len(prompt)), IDs: prompt, Counted: true, Backend: "bench"},
 	}
-	for range t.Images {
-		req.Multimodal = append(req.Multimodal, profiles.MultimodalItem{Kind: profiles.KindImage, URL: "bench:image", Message: 0})
+	for _, im := range t.Images {
+		url := "bench:image/" + strconv.FormatUint(im.Hash, 16)
+		req.Multimodal = append(req.Multimodal, profiles.MultimodalItem{Kind: profiles.KindImage, URL: url, Message: 0})
+		req.Tokens.Images = append(req.Tokens.Images, profiles.ImageTokens{Width: im.Width, Height: im.Height, Tokens: r.imageTok(im.Width, im.Height), Hash: im.Hash})
 	}
 	issued := r.vf.Elapsed()
 	rec := record{level: s.level, issued: issued, prompt: len(prompt), slo: s.conv.SLO}
