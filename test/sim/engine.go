@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -247,7 +248,7 @@ func (e *Engine) truncateMacro(now int64) {
 
 func (e *Engine) decodeStepTime(d int, ctx int64) time.Duration {
 	s := e.fBase + e.fSeq*float64(d) + e.fCtx*float64(ctx)
-	return time.Duration(s * 1e9)
+	return time.Duration(math.Round(s * 1e9))
 }
 
 func (e *Engine) fail(r *Request, now int64, err error) {
@@ -471,7 +472,7 @@ func (e *Engine) stepTime() time.Duration {
 		}
 	}
 	s += e.fSeq*float64(dec) + e.fCtx*float64(ctx)
-	return time.Duration(s * 1e9)
+	return time.Duration(math.Round(s * 1e9))
 }
 
 // apply completes the planned step at end.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 )
@@ -59,7 +60,7 @@ func (p *Profile) StepTime(prefill [][2]int, decodeSeqs int, decodeCtx int64) ti
 		s += a*n + a*p.AttnRatio*n*(ctx+n/2)
 	}
 	s += p.DecodePerSeq.Seconds()*float64(decodeSeqs) + p.DecodePerCtxToken.Seconds()*float64(decodeCtx)
-	return time.Duration(s * 1e9)
+	return time.Duration(math.Round(s * 1e9))
 }
 
 // TransferTime is the P→D KV pull time for tokens tokens.
