@@ -66,7 +66,7 @@ func waitSignal(ctx context.Context) {
 
 func newSimCmd() *cobra.Command {
 	var f simFlags
-	var host, role, engineID, kvEndpoint, kvReplay string
+	var host, advertise, role, engineID, kvEndpoint, kvReplay string
 	var port int
 	var kvDial bool
 	c := &cobra.Command{
@@ -86,7 +86,7 @@ KV events over ZMQ. See docs/sim.md.`,
 				return err
 			}
 			cfg := sim.ServerConfig{Name: engineID, Model: f.model, Role: r, Profile: p, TimeScale: f.timeScale, Faults: f.faults,
-				Listen: net.JoinHostPort(host, strconv.Itoa(port)), Logger: slog.Default(), OnDie: func() { os.Exit(3) }}
+				Listen: net.JoinHostPort(host, strconv.Itoa(port)), AdvertiseHost: advertise, Logger: slog.Default(), OnDie: func() { os.Exit(3) }}
 			if kvEndpoint != "" {
 				cfg.KVEvents = &sim.KVEventsConfig{Endpoint: kvEndpoint, Dial: kvDial, ReplayEndpoint: kvReplay}
 			}
@@ -104,6 +104,7 @@ KV events over ZMQ. See docs/sim.md.`,
 	f.register(c)
 	c.Flags().StringVar(&host, "host", "0.0.0.0", "listen host")
 	c.Flags().IntVar(&port, "port", 8200, "listen port")
+	c.Flags().StringVar(&advertise, "advertise-host", os.Getenv("POD_IP"), "host to put in kv_transfer_params/ec_transfer_params and the KV-events topic (default $POD_IP, else the listen host)")
 	c.Flags().StringVar(&role, "role", "both", "both | prefill | decode | encode")
 	c.Flags().StringVar(&engineID, "engine-id", "", "engine id reported in kv_transfer_params (default <role>-<port>)")
 	c.Flags().StringVar(&kvEndpoint, "kv-events-endpoint", "", `publish KV events on this ZMQ endpoint, e.g. "tcp://*:5557"`)

@@ -34,14 +34,18 @@ type Faults struct {
 
 // ServerConfig configures one real-HTTP simulated endpoint.
 type ServerConfig struct {
-	Name      string // engine id (vLLM's engine_id); default "<role>-<port>"
-	Model     string // served model name; default "sim-model"
-	Role      Role
-	Profile   Profile // zero: default profile
-	Listen    string  // host:port; default 127.0.0.1:0
-	TimeScale float64 // simulated seconds per wall second (default 1)
-	Faults    Faults
-	KVEvents  *KVEventsConfig // nil: off
+	Name    string // engine id (vLLM's engine_id); default "<role>-<port>"
+	Model   string // served model name; default "sim-model"
+	Role    Role
+	Profile Profile // zero: default profile
+	Listen  string  // host:port; default 127.0.0.1:0
+	// AdvertiseHost is the host put in kv_transfer_params / ec_transfer_params
+	// and the KV-events topic; default the listen host (127.0.0.1 for a
+	// wildcard listen).
+	AdvertiseHost string
+	TimeScale     float64 // simulated seconds per wall second (default 1)
+	Faults        Faults
+	KVEvents      *KVEventsConfig // nil: off
 	// KVHoldTimeout is how long a prefill leg's KV stays pinned waiting for
 	// the decode pull (simulated; vLLM's abort timeout, default 480 s).
 	KVHoldTimeout time.Duration
@@ -117,6 +121,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.host = ta.IP.String()
 	if ta.IP.IsUnspecified() {
 		s.host = "127.0.0.1"
+	}
+	if cfg.AdvertiseHost != "" {
+		s.host = cfg.AdvertiseHost
 	}
 	if s.cfg.Name == "" {
 		s.cfg.Name = fmt.Sprintf("%s-%d", cfg.Role, s.port)

@@ -278,3 +278,57 @@ func TestFaults(t *testing.T) {
 		t.Fatal("expected the dead server to drop the connection")
 	}
 }
+
+func TestHTTPEncodeAndResponsesStream(t *testing.T) {
+	f, err := StartFleet(context.Background(), FleetConfig{Model: "m", TimeScale: 50, Encode: 1, Both: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	enc, both := f.ByRole(RoleEncode)[0], f.ByRole(RoleBoth)[0]
+	msg := []any{map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "text", "text": "what is this"},
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://img/1.png"}}}}}
+	code, m := post(t, enc.URL()+"/v1/chat/completions", map[string]any{"model": "m", "messages": msg, "max_tokens": 1})
+	if code != 200 {
+		t.Fatal(code, m)
+	}
+	ec := m["ec_transfer_params"].(map[string]any)[MMHash("http://img/1.png")].(map[string]any)
+	p := MustProfile(DefaultProfileName)
+	if ec["peer_port"].(float64) != float64(mustPort(enc.Address)) || ec["size_bytes"].(float64) != float64(int64(p.ImageTokens)*p.EncodeBytesPerTok) || ec["nixl_agent_metadata_b64"] == "" {
+		t.Fatalf("%v", ec)
+	}
+	want := (p.StepBase + time.Duration(p.ImageTokens)*p.EncodePerToken).Seconds()
+	if got := simTTFT(m); math.Abs(got-want) > 0.002 {
+		t.Fatalf("encoder time %v want %v", got, want)
+	}
+	// the prefill/decode endpoint accepts the merged ec_transfer_params
+	b, _ := json.Marshal(map[string]any{"model": "m", "input": msg, "max_output_tokens": 3, "stream": true,
+		"ec_transfer_params": m["ec_transfer_params"]})
+	resp, err := http.Post(both.URL()+"/v1/responses", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var last string
+	for sc.Scan() {
+		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			events = append(events, e)
+		}
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			last = d
+		}
+	}
+	if strings.Join(events, ",") != "response.created,response.output_text.delta,response.output_text.delta,response.output_text.delta,response.completed" {
+		t.Fatalf("events %v", events)
+	}
+	var done map[string]any
+	json.Unmarshal([]byte(last), &done)
+	u := done["response"].(map[string]any)["usage"].(map[string]any)
+	if u["input_tokens"].(float64) != float64(1+3+p.ImageTokens+1) || u["output_tokens"].(float64) != 3 {
+		t.Fatalf("usage %v", u)
+	}
+}
