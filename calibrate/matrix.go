@@ -22,6 +22,10 @@ type Entry struct {
 	TP                    int     `json:"tp"`
 	ChunkSize             int     `json:"chunkSize"`
 	PeakPrefillThroughput float64 `json:"peakPrefillThroughput"`
+	// Optional per-token costs other plugins read (prefill/matrix.go);
+	// calibrate keeps them when it replaces a row.
+	PrefillCostPerToken *float64 `json:"prefillCostPerToken,omitempty"`
+	DecodeCost          *float64 `json:"decodeCost,omitempty"`
 }
 
 // Matrix is deploy/calibration/matrix.yaml.
@@ -72,7 +76,7 @@ func ParseMatrix(name string, b []byte) (*Matrix, error) {
 	dec.DisallowUnknownFields()
 	if string(bytes.TrimSpace(js)) != "null" {
 		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("%s: %v (format: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput}])", name, err)
+			return nil, fmt.Errorf("%s: %v (format: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?}])", name, err)
 		}
 	}
 	seen := map[string]bool{}
@@ -96,6 +100,12 @@ func (m *Matrix) Merge(e Entry) (bool, error) {
 	}
 	for i := range m.Entries {
 		if m.Entries[i].key() == e.key() {
+			if e.PrefillCostPerToken == nil {
+				e.PrefillCostPerToken = m.Entries[i].PrefillCostPerToken
+			}
+			if e.DecodeCost == nil {
+				e.DecodeCost = m.Entries[i].DecodeCost
+			}
 			m.Entries[i] = e
 			return true, nil
 		}
