@@ -125,7 +125,7 @@ func TestLifecycleHooksFireOnceEach(t *testing.T) {
 	x.Fail(499, errors.New("late cancel"))
 	c := env.Counter.Get("life")
 	want := directortest.Counts{Dispatch: 1, FirstChunk: 1, PrefillDone: 1, Finish: 1, Fail: 0,
-		Usage: profiles.Usage{PromptTokens: 7, CompletionTokens: 2, CachedTokens: 4, Reported: true, TTFT: c.Usage.TTFT},
+		Usage:       profiles.Usage{PromptTokens: 7, CompletionTokens: 2, CachedTokens: 4, Reported: true, TTFT: c.Usage.TTFT},
 		Destination: "127.0.0.1:1001"}
 	if c != want {
 		t.Fatalf("hooks %+v, want %+v", c, want)

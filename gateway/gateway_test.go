@@ -280,3 +280,32 @@ func waitCounts(t *testing.T, env *directortest.Env, id string, done func(direct
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestUpstreamDiesMidStream(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		// A chunked SSE response cut after its first chunk.
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		buf.WriteString("a\r\ndata: {}\n\n\r\n")
+		buf.Flush()
+		conn.Close()
+	})
+	env, url := startGateway(t, 1)
+	env.Store.Update(directortest.Specs(up.addr()))
+	resp := post(t, context.Background(), url, "cut", streamBody)
+	_, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Error("the client must see a truncated stream, not a clean end")
+	}
+	if c := waitCounts(t, env, "cut", ended); c.FirstChunk != 1 || c.Fail != 1 || c.Finish != 0 {
+		t.Fatalf("hooks %+v, want first chunk then one fail", c)
+	}
+	if hs, _ := up.got(); len(hs) != 1 {
+		t.Fatalf("a request whose bytes reached the endpoint was retried (%d attempts)", len(hs))
+	}
+}
