@@ -207,3 +207,15 @@ var outputWords = strings.Fields("the quick brown fox jumps over a lazy dog whil
 
 // OutputWord is the text of the i-th generated token (0-based).
 func OutputWord(i int) string { return outputWords[i%len(outputWords)] }
+
+// OutputTokens is the token ids of the first n generated words: a chat
+// reply quoted back in the next turn ("<|assistant|> the quick ...")
+// tokenizes to exactly the sequence the engine generated after the prompt's
+// closing RoleToken("assistant"), so multi-turn chats hit the cache.
+func OutputTokens(n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = WordToken(OutputWord(i))
+	}
+	return t
+}

@@ -26,7 +26,8 @@
 //
 // KV: capacity NumGPUBlocks blocks of 16 tokens. Full prompt blocks enter a
 // prefix cache keyed by chained block hashes as their chunk completes;
-// output blocks are private and freed at completion. Unreferenced cached
+// full output blocks join it at completion when the request names its output
+// (Request.OutputTokens), else they are freed. Unreferenced cached
 // blocks are evicted LRU (tail first). A running request that cannot grow
 // preempts the most recently admitted running request (recompute: it
 // re-queues at the front and re-prefills prompt + generated tokens).

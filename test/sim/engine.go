@@ -38,6 +38,11 @@ type Request struct {
 	// so a workload can hash a conversation once. Nil: the engine hashes.
 	BlockHashes []uint64
 	MaxTokens   int // output tokens to generate, exactly (ignore_eos); ≥ 1
+	// OutputTokens optionally names the tokens the request generates. With
+	// them (or with BlockHashes covering prompt+output), full output blocks
+	// enter the prefix cache at completion, as vLLM caches decoded blocks,
+	// so a next turn that quotes the reply hits. Read-only, like Prompt.
+	OutputTokens []uint32
 
 	// RemotePrefill marks a decode leg whose prompt KV arrives from a prefill
 	// engine: it waits TransferDelay (counted as waiting), then computes only
@@ -528,6 +533,9 @@ func (e *Engine) apply(end int64) {
 			r.done = true
 			finished = true
 			e.finished++
+			if !e.noKV && (r.OutputTokens != nil || len(r.BlockHashes)*bs > len(r.Prompt)) {
+				e.cacheOutput(r, end)
+			}
 			if r.HoldKV && !e.noKV {
 				r.held = true
 				e.held++
@@ -555,6 +563,37 @@ func (e *Engine) apply(end int64) {
 		}
 		e.running = e.running[:j]
 	}
+}
+
+// cacheOutput inserts a finished request's full output blocks.
+func (e *Engine) cacheOutput(r *Request, end int64) {
+	bs := e.Prof.BlockSize
+	upto := r.computed / bs
+	hashes := r.BlockHashes
+	var toks []uint32
+	if r.OutputTokens != nil {
+		out := r.OutputTokens
+		if n := r.computed - len(r.Prompt); n < len(out) {
+			out = out[:max(n, 0)]
+		}
+		toks = append(r.Prompt[:len(r.Prompt):len(r.Prompt)], out...)
+		if len(hashes) < upto {
+			hashes = AppendBlockHashes(hashes[:len(hashes):len(hashes)], toks, bs)
+			r.BlockHashes = hashes
+		}
+	}
+	if upto > len(hashes) {
+		upto = len(hashes)
+	}
+	if upto <= r.pinEnd {
+		return
+	}
+	if e.events == nil {
+		toks = nil
+	}
+	r.pin, _ = e.kv.insert(r.pin, r.pinEnd, hashes, upto, toks, bs, end)
+	r.priv -= upto - r.pinEnd
+	r.pinEnd = upto
 }
 
 // Release frees the KV a HoldKV request still holds (the decode engine pulled

@@ -369,6 +369,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request, kind string) {
 	}
 	p := &s.cfg.Profile
 	req := &Request{ID: r.Header.Get("x-request-id"), Prompt: tok.Tokens, MaxTokens: q.maxTokens(p.DefaultMaxTokens)}
+	req.OutputTokens = OutputTokens(req.MaxTokens)
 	if req.ID == "" {
 		req.ID = fmt.Sprintf("sim-%d-%d", s.port, s.nreq.Load())
 	}

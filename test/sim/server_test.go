@@ -332,3 +332,23 @@ func TestHTTPEncodeAndResponsesStream(t *testing.T) {
 		t.Fatalf("usage %v", u)
 	}
 }
+
+// A next chat turn quoting the reply hits the cache through the reply.
+func TestHTTPMultiTurnHitsThroughReply(t *testing.T) {
+	s, err := NewServer(ServerConfig{Model: "m", TimeScale: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	turn1 := []any{map[string]any{"role": "user", "content": words(5, 300)}}
+	_, m := post(t, s.URL()+"/v1/chat/completions", map[string]any{"model": "m", "messages": turn1, "max_tokens": 100})
+	reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+	turn2 := append(turn1, map[string]any{"role": "assistant", "content": reply}, map[string]any{"role": "user", "content": words(6, 50)})
+	_, m = post(t, s.URL()+"/v1/chat/completions", map[string]any{"model": "m", "messages": turn2, "max_tokens": 1})
+	u := m["usage"].(map[string]any)
+	cached := int(u["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64))
+	// prompt 1 = 1+300+1 tokens, +99 generated tokens with KV = 401 → 25 blocks
+	if cached != 400 {
+		t.Fatalf("cached %d of %v, want 400 (prompt + reply blocks)", cached, u["prompt_tokens"])
+	}
+}
