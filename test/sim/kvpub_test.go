@@ -144,3 +144,32 @@ func toU64(v any) uint64 {
 	}
 	return 0
 }
+
+// The simulator can dial a consumer's bound SUB (llm-d's precise-prefix
+// setups bind on the router side).
+func TestKVEventsDial(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sub := zmq4.NewSub(ctx)
+	defer sub.Close()
+	if err := sub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	sub.SetOption(zmq4.OptionSubscribe, "")
+	s, err := NewServer(ServerConfig{Model: "m", TimeScale: 50, KVEvents: &KVEventsConfig{Endpoint: "tcp://" + sub.Addr().String(), Dial: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	time.Sleep(300 * time.Millisecond) // warm-up
+	post(t, s.URL()+"/v1/completions", map[string]any{"model": "m", "prompt": words(77, 20), "max_tokens": 1})
+	m, err := sub.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Frames) != 3 || !bytesHasPrefix(m.Frames[0], "kv@") {
+		t.Fatalf("%v", m.Frames)
+	}
+}
+
+func bytesHasPrefix(b []byte, p string) bool { return len(b) >= len(p) && string(b[:len(p)]) == p }

@@ -64,6 +64,7 @@ type Server struct {
 	port      int
 	reg       *prometheus.Registry
 	ttft      prometheus.Histogram
+	e2e       prometheus.Histogram
 	reqOK     prometheus.Counter
 	nreq      atomic.Int64
 	dead      atomic.Bool
@@ -228,6 +229,12 @@ func (s *Server) initMetrics() {
 	s.reg.MustRegister(info)
 	s.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds", Help: "Histogram of time to first token in seconds (simulated).", ConstLabels: lbl,
 		Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}})
+	lora := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vllm:lora_requests_info", Help: "Running stats on lora requests.", ConstLabels: lbl},
+		[]string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"})
+	lora.WithLabelValues("", "", "0").Set(float64(time.Now().Unix()))
+	s.e2e = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of end to end request latency in seconds (simulated).", ConstLabels: lbl,
+		Buckets: []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}})
+	s.reg.MustRegister(lora, s.e2e)
 	s.reqOK = prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: lbl})
 	s.reg.MustRegister(s.ttft, s.reqOK)
 }
@@ -468,6 +475,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request, kind string) {
 
 func (s *Server) finished(res Result) {
 	s.ttft.Observe(res.TTFT().Seconds())
+	s.e2e.Observe(res.Finish.Sub(res.Arrival).Seconds())
 	s.reqOK.Inc()
 }
 
