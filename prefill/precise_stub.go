@@ -1,9 +1,0 @@
-package prefill
-
-import "github.com/spillway-llm/spillway/profiles"
-
-type PreciseProducer struct{ approxStub }
-
-func (PreciseProducer) TypedName() (t profiles.TypedName) { return }
-
-type approxStub struct{}
