@@ -11,7 +11,7 @@ import (
 type apiRequest struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []apiMessage    `json:"messages"`
+	Messages            []ChatMessage   `json:"messages"`
 	Input               json.RawMessage `json:"input"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
@@ -24,7 +24,9 @@ type apiRequest struct {
 	ECTransferParams map[string]ECTransferItem `json:"ec_transfer_params"`
 }
 
-type apiMessage struct {
+// ChatMessage is one chat / responses message; Content is a string or a list
+// of parts (text, image_url, input_text, input_image, ...).
+type ChatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
@@ -68,7 +70,7 @@ type Tokenized struct {
 // RoleToken(role) then its content (text words; each image part
 // imageTokens tokens, see AppendImage); a final RoleToken("assistant") is the
 // generation prompt.
-func TokenizeMessages(msgs []apiMessage, imageTokens int) (Tokenized, error) {
+func TokenizeMessages(msgs []ChatMessage, imageTokens int) (Tokenized, error) {
 	var t Tokenized
 	for _, m := range msgs {
 		t.Tokens = append(t.Tokens, RoleToken(m.Role))
@@ -158,9 +160,9 @@ func tokenizeInput(raw json.RawMessage, imageTokens int) (Tokenized, error) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		b, _ := json.Marshal(s)
-		return TokenizeMessages([]apiMessage{{Role: "user", Content: b}}, imageTokens)
+		return TokenizeMessages([]ChatMessage{{Role: "user", Content: b}}, imageTokens)
 	}
-	var msgs []apiMessage
+	var msgs []ChatMessage
 	if err := json.Unmarshal(raw, &msgs); err != nil {
 		return Tokenized{}, fmt.Errorf("input: %v", err)
 	}
