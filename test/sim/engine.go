@@ -281,8 +281,8 @@ func (e *Engine) lookup(r *Request) {
 		e.prefixHits += uint64(hit)
 	}
 	r.computed = hit
-	if r.RemotePrefill && r.computed < len(r.Prompt)-1 {
-		r.computed = len(r.Prompt) - 1 // KV pulled from the prefill engine
+	if r.RemotePrefill && r.preempts == 0 && r.computed < len(r.Prompt)-1 {
+		r.computed = len(r.Prompt) - 1 // KV pulled from the prefill engine (a preempted request recomputes)
 	}
 }
 
