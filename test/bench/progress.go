@@ -21,7 +21,9 @@ type progressBar struct {
 const barWidth = 30
 
 func (p *progressBar) start(label string, total int) {
+	p.mu.Lock()
 	p.label, p.last = label, -1
+	p.mu.Unlock()
 	p.update(0, total)
 }
 
@@ -29,6 +31,8 @@ func (p *progressBar) update(done, total int) {
 	if p.w == nil || total == 0 {
 		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	// redraw only when the bar moves a notch
 	notch := done * barWidth / total
 	if notch == p.last {
@@ -36,22 +40,17 @@ func (p *progressBar) update(done, total int) {
 	}
 	p.last = notch
 	if p.tty || done == total {
-		p.draw(done, total)
+		p.drawLocked(done, total)
 	}
 }
 
-func (p *progressBar) draw(done, total int) {
-	if p.w == nil {
-		return
-	}
+func (p *progressBar) drawLocked(done, total int) {
 	fill := barWidth * done / max(total, 1)
 	cr := ""
 	if p.tty {
 		cr = "\r"
 	}
-	p.mu.Lock()
 	fmt.Fprintf(p.w, cr+"%-26s %-20s [%s%s] %d/%d", p.name, p.label, strings.Repeat("#", fill), strings.Repeat(".", barWidth-fill), done, total)
-	p.mu.Unlock()
 }
 
 func (p *progressBar) end() {

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spillway-llm/spillway/test/workloads"
@@ -46,4 +49,42 @@ func TestRealHTTPRoundRobin(t *testing.T) {
 		}
 	}
 	t.Logf("%+v", cr.Levels)
+}
+
+// TestDemoRuns is `spillway demo`: both configurations served every
+// request over real HTTP and the report was written.
+func TestDemoRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real HTTP run")
+	}
+	needPlugins(t, matchedTypes...)
+	var out, errw strings.Builder
+	dir := t.TempDir()
+	report, err := RunDemo(context.Background(), DemoOptions{Out: dir}, &out, &errw)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errw.String())
+	}
+	if _, err := os.Stat(report); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ReadResults(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Configs) != 2 || res.Mode != "real" {
+		t.Fatalf("%d configurations, mode %s", len(res.Configs), res.Mode)
+	}
+	for _, c := range res.Configs {
+		if c.Error != "" {
+			t.Fatalf("%s: %s", c.Name, c.Error)
+		}
+		for _, l := range c.Levels {
+			if l.Failed > 0 || l.Completed == 0 {
+				t.Fatalf("%s at %g qps: %d failed of %d", c.Name, l.Load, l.Failed, l.Requests)
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "token-load-aware") || !strings.Contains(out.String(), report) {
+		t.Fatalf("demo output lacks the table or the report path:\n%s", out.String())
+	}
 }
