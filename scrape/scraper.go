@@ -125,13 +125,9 @@ func (s *Scraper) Run(ctx context.Context) error {
 		clear(seen)
 		for _, ep := range eps {
 			seen[ep] = true
-			if _, ok := targets[ep]; !ok {
-				t := s.newTarget(ctx, ep)
-				targets[ep] = t
-				wg.Add(1)
-				go func() { defer wg.Done(); s.loop(t) }()
-			}
 		}
+		// Removals first: an endpoint replaced under the same name (new
+		// address or labels) must not have its new series deleted.
 		for ep, t := range targets {
 			if !seen[ep] {
 				t.cancel()
@@ -140,6 +136,14 @@ func (s *Scraper) Run(ctx context.Context) error {
 				continue
 			}
 			t.checkStale(now)
+		}
+		for _, ep := range eps {
+			if _, ok := targets[ep]; !ok {
+				t := s.newTarget(ctx, ep)
+				targets[ep] = t
+				wg.Add(1)
+				go func() { defer wg.Done(); s.loop(t) }()
+			}
 		}
 		select {
 		case <-ctx.Done():

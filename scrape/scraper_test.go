@@ -320,6 +320,24 @@ func TestScrapeFollowsStore(t *testing.T) {
 	}
 }
 
+// An endpoint moved to a new address under the same name is a new endpoint
+// in the store; its series must survive the old one's removal.
+func TestScrapeEndpointMoved(t *testing.T) {
+	e1 := newEngine(t, vllmExposition(t))
+	e2 := newEngine(t, "")
+	e2.set("broken", "text/plain", 500)
+	store, reg := start(t, scrape.Options{}, map[string]string{"a": e1.addr()})
+	waitFor(t, "a scraped", fresh(get(t, store, "a")))
+	waitFor(t, "stale gauge 0", func() bool { return gauge(t, reg, "spillway_endpoint_metrics_stale", "a") == 0 })
+	store.Update([]discovery.Spec{{Name: "a", Address: e2.addr()}})
+	moved := get(t, store, "a")
+	waitFor(t, "moved endpoint's errors counted", func() bool { return counterValue(t, reg, "spillway_scrape_errors_total", "a") >= 1 })
+	waitFor(t, "stale gauge 1 for the moved endpoint", func() bool { return gauge(t, reg, "spillway_endpoint_metrics_stale", "a") == 1 })
+	if !moved.Metrics().Stale {
+		t.Fatal("moved endpoint not stale")
+	}
+}
+
 func TestScrapeUnreachable(t *testing.T) {
 	e := newEngine(t, "")
 	addr := e.addr()
