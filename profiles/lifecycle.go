@@ -108,3 +108,49 @@ func (t *Tracker) Done() bool {
 	defer t.mu.Unlock()
 	return t.done
 }
+
+// ErrRetargeted is what FailHooks see when a booking is moved to a fallback
+// endpoint: they release it, and DispatchHooks then book the new target.
+var ErrRetargeted = &StatusError{Code: 502, Message: "primary endpoint unreachable; retargeted to a fallback"}
+
+// Retarget records that the primary profile's fallback at address served
+// the request instead of its first target (the connection to the primary
+// failed before any byte was sent). Bookings move with it: FailHooks
+// release the old ones with ErrRetargeted and DispatchHooks book the new
+// target. It reports whether anything changed; after the first chunk it
+// does nothing.
+func (t *Tracker) Retarget(address string) bool {
+	t.mu.Lock()
+	if t.done || t.first {
+		t.mu.Unlock()
+		return false
+	}
+	pr := t.res.Profiles[t.res.Primary]
+	if pr == nil || len(pr.Targets) == 0 || pr.Targets[0].Address == address {
+		t.mu.Unlock()
+		return false
+	}
+	idx := -1
+	for i, e := range pr.Targets {
+		if e.Address == address {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		t.mu.Unlock()
+		return false
+	}
+	t.mu.Unlock()
+	for _, h := range t.s.fail {
+		h.OnFail(t.req, t.res, ErrRetargeted)
+	}
+	// Copy the targets: the picker's slice may be shared with other views.
+	targets := make([]*Endpoint, 0, len(pr.Targets)-idx)
+	targets = append(targets, pr.Targets[idx:]...)
+	t.res.Profiles[t.res.Primary] = &ProfileResult{Profile: pr.Profile, Targets: targets, Candidates: pr.Candidates}
+	for _, h := range t.s.dispatch {
+		h.OnDispatch(t.req, t.res)
+	}
+	return true
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
 )
@@ -120,20 +119,38 @@ func (m *MaxScorePicker) Pick(_ context.Context, _ *CycleState, _ *Request, eps 
 		}
 		return []*Endpoint{eps[best]}
 	}
-	idx := make([]int, len(eps))
-	for i := range idx {
-		idx[i] = i
-	}
-	// Shuffle first so that the stable sort breaks ties at random.
-	for i := len(idx) - 1; i > 0; i-- {
-		j := m.rnd.IntN(i + 1)
-		idx[i], idx[j] = idx[j], idx[i]
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] > scores[idx[b]] })
+	// Top-k selection in one pass over the candidates (k is small: the
+	// primary and a few fallbacks); ties are broken by a random key.
 	n := min(m.p.MaxNumOfEndpoints, len(eps))
-	out := make([]*Endpoint, n)
-	for i := range out {
-		out[i] = eps[idx[i]]
+	type cand struct {
+		i   int
+		s   float64
+		key uint64
+	}
+	top := make([]cand, 0, n+1)
+	better := func(a, b cand) bool { return a.s > b.s || (a.s == b.s && a.key > b.key) }
+	m.rnd.mu.Lock()
+	defer m.rnd.mu.Unlock()
+	for i, s := range scores {
+		c := cand{i: i, s: s, key: m.rnd.r.Uint64()}
+		if len(top) == n && !better(c, top[n-1]) {
+			continue
+		}
+		j := len(top)
+		if j < n {
+			top = append(top, c)
+		} else {
+			j = n - 1
+		}
+		for j > 0 && better(c, top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = c
+	}
+	out := make([]*Endpoint, len(top))
+	for i, c := range top {
+		out[i] = eps[c.i]
 	}
 	return out
 }
