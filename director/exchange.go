@@ -103,10 +103,14 @@ func headerSafe(s string) string {
 
 // SetServed records which endpoint really served the request (Envoy's
 // envoy.lb served metadata, or the gateway's successful target).
+// When a fallback served, the request's bookings move to it.
 func (x *Exchange) SetServed(addr string) {
 	x.mu.Lock()
 	x.served = addr
 	x.mu.Unlock()
+	if x.tracker != nil && addr != "" {
+		x.tracker.Retarget(addr)
+	}
 }
 
 // Served returns the endpoint that served the request, "" when unknown.
