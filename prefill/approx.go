@@ -95,6 +95,7 @@ func newApprox(name string, raw json.RawMessage, h profiles.Handle) (profiles.Pl
 func NewApproxProducer(name string, p ApproxParams, h profiles.Handle) *ApproxProducer {
 	a := &ApproxProducer{Named: profiles.NewNamed(ApproxType, name), p: p, idx: NewIndex(p.LRUCapacityPerServer)}
 	a.TN.Type = ApproxType
+	a.idx.SetPrefixClosed(true)
 	a.stateKey = matchKeyOf(a.TN.Name)
 	a.m = newPrefixMetrics(h.Registerer(), a.TN.Name)
 	a.setBlockSize(p.BlockSizeTokens)

@@ -269,4 +269,3 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
-

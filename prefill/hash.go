@@ -10,68 +10,44 @@ import (
 // Block keys are chained: key(i) = H(key(i−1), tokens of block i), key(−1)
 // = the request's seed (model, cache salt). A block's key therefore names
 // the whole prefix up to and including it, and "the first k blocks match"
-// is "key(k−1) is indexed". The hash is xxhash64's round function applied
-// directly to the uint32 token ids (two ids per 64-bit lane, four
-// accumulators seeded from the parent key): no byte conversion, no
-// allocation, ~3 ns per 16-token block. It is not cryptographic; a
-// collision only costs a mis-estimated cache hit.
+// is "key(k−1) is indexed". H is a wyhash-style multiply-fold applied
+// directly to the uint32 token ids (two ids per 64-bit lane, two
+// independent accumulators seeded from the parent key): no byte
+// conversion, no allocation, a few ns per 16-token block. It is not
+// cryptographic; a collision only costs a mis-estimated cache hit.
 
 const (
-	prime1 uint64 = 11400714785074694791
-	prime2 uint64 = 14029467366897019727
-	prime3 uint64 = 1609587929392839161
-	prime4 uint64 = 9650029242287828579
-	prime5 uint64 = 2870177450012600261
+	wyp0 uint64 = 0xa0761d6478bd642f
+	wyp1 uint64 = 0xe7037ed1a0b428db
+	wyp2 uint64 = 0x8ebc6af09c88c6e3
+	wyp3 uint64 = 0x589965cc75374cc3
+	wyp4 uint64 = 0x1d8e4e27c47d124f
 )
 
-func round(acc, input uint64) uint64 {
-	acc += input * prime2
-	acc = bits.RotateLeft64(acc, 31)
-	return acc * prime1
-}
-
-func mergeRound(acc, val uint64) uint64 {
-	val = round(0, val)
-	acc ^= val
-	return acc*prime1 + prime4
+// mix folds the 128-bit product of a and b.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // chainBlock returns the key of a block whose parent key is parent.
 func chainBlock(parent uint64, toks []uint32) uint64 {
 	n := len(toks)
-	var h uint64
+	a := parent ^ wyp0
+	b := mix(parent^wyp1, wyp2)
 	i := 0
-	if n >= 8 {
-		v1 := parent + prime1 + prime2
-		v2 := parent + prime2
-		v3 := parent
-		v4 := parent - prime1
-		for ; i+8 <= n; i += 8 {
-			t := toks[i : i+8 : i+8]
-			v1 = round(v1, uint64(t[0])|uint64(t[1])<<32)
-			v2 = round(v2, uint64(t[2])|uint64(t[3])<<32)
-			v3 = round(v3, uint64(t[4])|uint64(t[5])<<32)
-			v4 = round(v4, uint64(t[6])|uint64(t[7])<<32)
-		}
-		h = bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
-		h = mergeRound(h, v1)
-		h = mergeRound(h, v2)
-		h = mergeRound(h, v3)
-		h = mergeRound(h, v4)
-	} else {
-		h = parent + prime5
+	for ; i+8 <= n; i += 8 {
+		t := toks[i : i+8 : i+8]
+		a = mix(uint64(t[0])|uint64(t[1])<<32^wyp1, uint64(t[2])|uint64(t[3])<<32^a)
+		b = mix(uint64(t[4])|uint64(t[5])<<32^wyp2, uint64(t[6])|uint64(t[7])<<32^b)
 	}
-	h += uint64(n) * 4
-	for ; i < n; i++ {
-		h ^= uint64(toks[i]) * prime1
-		h = bits.RotateLeft64(h, 23)*prime2 + prime3
+	for ; i+2 <= n; i += 2 {
+		a = mix(uint64(toks[i])|uint64(toks[i+1])<<32^wyp3, a^wyp1)
 	}
-	h ^= h >> 33
-	h *= prime2
-	h ^= h >> 29
-	h *= prime3
-	h ^= h >> 32
-	return h
+	if i < n {
+		b = mix(uint64(toks[i])^wyp3, b^wyp2)
+	}
+	return mix(a^wyp4, b^uint64(n)^wyp0)
 }
 
 // ChainKeys appends the chained keys of the full blocks of ids (at most

@@ -15,6 +15,12 @@ type Index struct {
 	// onEvict, when set, sees every entry leaving the index (LRU eviction,
 	// Remove, Clear) with the aux value it was added with. Called under mu.
 	onEvict func(ep int, key, aux uint64)
+	// prefixClosed: whenever an endpoint holds a chain's key i it holds
+	// keys 0..i−1 too. True for the approximate index (Add touches a
+	// prefix head-last, so a chain's recency falls with depth and the LRU
+	// evicts the deepest block first); it lets Match binary-search instead
+	// of looking up every block. Event-fed indexes leave it false.
+	prefixClosed bool
 }
 
 type epLRU struct {
@@ -273,6 +279,10 @@ func (x *Index) Blocks() int {
 func (x *Index) Match(keys []uint64, out []int32) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	if x.prefixClosed {
+		x.matchClosed(keys, out)
+		return
+	}
 	for i, k := range keys {
 		hs := x.holders[k]
 		alive := 0
@@ -287,3 +297,58 @@ func (x *Index) Match(keys []uint64, out []int32) {
 		}
 	}
 }
+
+// matchClosed is Match for a prefix-closed index: holders of key i are a
+// subset of the holders of key i−1, so "every endpoint still matching
+// holds key j" is len(holders[key j]) == len(alive), monotone in j. Each
+// run of equal holder sets costs one binary search: O(log n) lookups per
+// distinct match length instead of one per block.
+func (x *Index) matchClosed(keys []uint64, out []int32) {
+	n := len(keys)
+	if n == 0 {
+		return
+	}
+	alive := x.holders[keys[0]]
+	pos := 0 // every alive endpoint holds keys[0..pos]
+	for len(alive) > 0 {
+		lo, hi := pos, n-1
+		for lo < hi {
+			mid := int(uint(lo+hi+1) >> 1)
+			if len(x.holders[keys[mid]]) == len(alive) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		pos = lo
+		if pos == n-1 {
+			for _, e := range alive {
+				if int(e) < len(out) {
+					out[e] = int32(n)
+				}
+			}
+			return
+		}
+		next := x.holders[keys[pos+1]]
+		for _, e := range alive {
+			if int(e) < len(out) && !containsInt32(next, e) {
+				out[e] = int32(pos + 1)
+			}
+		}
+		alive = next
+		pos++
+	}
+}
+
+func containsInt32(s []int32, v int32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// SetPrefixClosed declares that callers only ever add whole prefixes
+// (see Index.prefixClosed). Call before use.
+func (x *Index) SetPrefixClosed(on bool) { x.prefixClosed = on }
