@@ -196,7 +196,9 @@ func TestFallbackOnConnectionRefused(t *testing.T) {
 	if resp.StatusCode != 200 || string(b) != `{"ok":true}` {
 		t.Fatalf("status %d body %q, want the fallback's answer", resp.StatusCode, b)
 	}
-	if c := waitCounts(t, env, "fb", ended); c.Destination != dead+","+up.addr() || c.Finish != 1 || c.Fail != 0 {
+	// The booking moved to the fallback: released once (Fail with
+	// ErrRetargeted) and booked again (a second Dispatch) before finishing.
+	if c := waitCounts(t, env, "fb", ended); c.Destination != up.addr() || c.Finish != 1 || c.Fail != 1 || c.Dispatch != 2 {
 		t.Fatalf("hooks %+v", c)
 	}
 	// Every target refusing is a 502 in OpenAI shape, and the request fails.

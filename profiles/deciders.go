@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 )
 
 // Disaggregation decision types (label decision_type of
@@ -49,6 +50,18 @@ type Decider interface {
 type PrefixMatcher interface {
 	MatchOf(req *Request, ep *Endpoint) (matchedBlocks, totalBlocks, matchedTokens int)
 }
+
+// PrefixMatchFunc reports how much of req's prompt ep caches, like
+// PrefixMatcher.MatchOf.
+type PrefixMatchFunc func(req *Request, ep *Endpoint) (matchedBlocks, totalBlocks, matchedTokens int)
+
+var prefixMatch atomic.Pointer[PrefixMatchFunc]
+
+// RegisterPrefixMatch installs the process-wide prefix lookup that
+// prefix-based-pd-decider falls back to when its config names no
+// PrefixMatcher plugin (the prefill package registers its MatchOf). The
+// last registration wins.
+func RegisterPrefixMatch(f PrefixMatchFunc) { prefixMatch.Store(&f) }
 
 func init() {
 	Register("always-disagg-pd-decider", func(name string, raw json.RawMessage, h Handle) (Plugin, error) {
@@ -152,6 +165,9 @@ func (d *PrefixBasedPDDecider) Bind(h Handle) error {
 // Describe implements Describer.
 func (d *PrefixBasedPDDecider) Describe() []string {
 	if d.matcher == nil {
+		if prefixMatch.Load() != nil {
+			return []string{"cached tokens from the registered prefix index (profiles.RegisterPrefixMatch)"}
+		}
 		return []string{"no prefix producer: cached tokens on the decode endpoint count as 0"}
 	}
 	return []string{"cached tokens from " + d.matcher.(Plugin).TypedName().String()}
@@ -164,8 +180,12 @@ func (d *PrefixBasedPDDecider) Decide(_ context.Context, req *Request, decode *E
 		return false, ReasonInputTooShort, nil
 	}
 	cached := 0
-	if d.matcher != nil && decode != nil {
-		_, _, cached = d.matcher.MatchOf(req, decode)
+	if decode != nil {
+		if d.matcher != nil {
+			_, _, cached = d.matcher.MatchOf(req, decode)
+		} else if f := prefixMatch.Load(); f != nil {
+			_, _, cached = (*f)(req, decode)
+		}
 	}
 	if prompt-cached < d.p.NonCachedTokens {
 		return false, ReasonSuffixCached, nil

@@ -39,6 +39,20 @@ func EncodeItem(req *Request) int {
 	return -1
 }
 
+// EncodePlacedKey is the Request state key under which the disagg handler
+// publishes, while the encode profile places item i, the encoders already
+// chosen for items 0..i-1 of the same request.
+const EncodePlacedKey = "spillway.encode-placed"
+
+// EncodePlaced returns the encoders already chosen for earlier items of the
+// request while the encode profile runs per item (nil otherwise). Load
+// scorers count them so that one request's items spread over encoders
+// before its bookings exist.
+func EncodePlaced(req *Request) []*Endpoint {
+	v, _ := req.Get(EncodePlacedKey).([]*Endpoint)
+	return v
+}
+
 // Stage orders of the disagg handler.
 const (
 	StageOrderDecodeFirst  = "decode-first"
@@ -256,13 +270,14 @@ func (d *DisaggProfileHandler) encodeStage(ctx context.Context, req *Request, ru
 	n := len(req.Multimodal)
 	targets := make([]*Endpoint, n)
 	candidates := 0
-	defer req.Put(EncodeItemKey, -1)
+	defer func() { req.Put(EncodeItemKey, -1); req.Put(EncodePlacedKey, nil) }()
 	for i := range n {
 		if j := sameHashItem(req, i); j >= 0 {
 			targets[i] = targets[j]
 			continue
 		}
 		req.Put(EncodeItemKey, i)
+		req.Put(EncodePlacedKey, targets[:i])
 		pr, err := run.Run(ctx, name, req)
 		if err != nil {
 			if req.Debug() {

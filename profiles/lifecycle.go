@@ -37,16 +37,23 @@ func (t *Tracker) Request() *Request { return t.req }
 // Result returns the scheduling result.
 func (t *Tracker) Result() *Result { return t.res }
 
+// Hooks run under the tracker's lock, so that the hooks of one request
+// never overlap (a release at the first chunk cannot race the release at
+// the end). Hooks must not call back into the Tracker.
+
 // FirstChunk marks the first response chunk (end of prefill).
 func (t *Tracker) FirstChunk() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.firstChunkLocked()
+}
+
+func (t *Tracker) firstChunkLocked() {
 	if t.done || t.first {
-		t.mu.Unlock()
 		return
 	}
 	t.first = true
 	t.firstAt = t.s.opts.Clock.Now()
-	t.mu.Unlock()
 	for _, h := range t.s.first {
 		h.OnFirstChunk(t.req, t.res)
 	}
@@ -55,12 +62,15 @@ func (t *Tracker) FirstChunk() {
 // PrefillDone marks the end of the remote prefill leg of a P/D request.
 func (t *Tracker) PrefillDone() {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prefillDoneLocked()
+}
+
+func (t *Tracker) prefillDoneLocked() {
 	if t.done || t.prefill {
-		t.mu.Unlock()
 		return
 	}
 	t.prefill = true
-	t.mu.Unlock()
 	for _, h := range t.s.prefill {
 		h.OnPrefillDone(t.req, t.res)
 	}
@@ -70,18 +80,17 @@ func (t *Tracker) PrefillDone() {
 // Hooks for earlier stages that were never observed fire first, so that
 // everything booked is released.
 func (t *Tracker) Finish(u Usage) {
-	t.PrefillDone()
-	t.FirstChunk()
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.done {
-		t.mu.Unlock()
 		return
 	}
+	t.prefillDoneLocked()
+	t.firstChunkLocked()
 	t.done = true
 	if u.TTFT == 0 && !t.firstAt.IsZero() {
 		u.TTFT = t.firstAt.Sub(t.dispatched)
 	}
-	t.mu.Unlock()
 	for _, h := range t.s.finish {
 		h.OnFinish(t.req, t.res, u)
 	}
@@ -91,12 +100,11 @@ func (t *Tracker) Finish(u Usage) {
 // request booked.
 func (t *Tracker) Fail(err error) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.done {
-		t.mu.Unlock()
 		return
 	}
 	t.done = true
-	t.mu.Unlock()
 	for _, h := range t.s.fail {
 		h.OnFail(t.req, t.res, err)
 	}
@@ -121,13 +129,12 @@ var ErrRetargeted = &StatusError{Code: 502, Message: "primary endpoint unreachab
 // does nothing.
 func (t *Tracker) Retarget(address string) bool {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.done || t.first {
-		t.mu.Unlock()
 		return false
 	}
 	pr := t.res.Profiles[t.res.Primary]
 	if pr == nil || len(pr.Targets) == 0 || pr.Targets[0].Address == address {
-		t.mu.Unlock()
 		return false
 	}
 	idx := -1
@@ -138,10 +145,8 @@ func (t *Tracker) Retarget(address string) bool {
 		}
 	}
 	if idx < 0 {
-		t.mu.Unlock()
 		return false
 	}
-	t.mu.Unlock()
 	for _, h := range t.s.fail {
 		h.OnFail(t.req, t.res, ErrRetargeted)
 	}

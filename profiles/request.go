@@ -166,4 +166,3 @@ func (r *Request) RawFields() (map[string]json.RawMessage, error) {
 
 // HasMultimodal reports whether the request carries images, audio or video.
 func (r *Request) HasMultimodal() bool { return len(r.Multimodal) > 0 }
-

@@ -262,6 +262,7 @@ func (s *Scheduler) buildProfile(ps ProfileSpec) error {
 		}
 		pr.picker = p.(Picker)
 		pr.pickObs = s.m.plugin.WithLabelValues(ps.Name, "max-score-picker", "max-score-picker")
+		s.plugins = append(s.plugins, p) // so that Seeders can reach it
 	}
 	pr.pool.New = func() any { b := make([]float64, 0, 64); return &b }
 	s.profiles[ps.Name] = pr
