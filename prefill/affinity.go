@@ -23,11 +23,12 @@ const (
 	TTFTFromPredictor  = "latencyPredictor"
 )
 
-// TTFTPredictor predicts a request's time to first token on an endpoint. A
-// plugin implementing it is named by the filter's predictorRef when
-// ttftSource is latencyPredictor.
+// TTFTPredictor predicts a request's time to first token on an endpoint
+// (false: no prediction for that endpoint). A plugin implementing it is
+// named by the filter's predictorRef when ttftSource is latencyPredictor;
+// costmodel's latency-predictor does.
 type TTFTPredictor interface {
-	PredictTTFT(ctx context.Context, req *profiles.Request, ep *profiles.Endpoint) (time.Duration, bool)
+	PredictTTFT(req *profiles.Request, ep *profiles.Endpoint) (time.Duration, bool)
 }
 
 // AffinityParams are prefix-cache-affinity-filter's parameters. Pointer
@@ -285,13 +286,18 @@ func (f *AffinityFilter) Decide(ctx context.Context, req *profiles.Request, eps 
 		bestS, bestN := math.Inf(1), math.Inf(1)
 		for _, e := range eps {
 			v := f.cost(ctx, req, m, e)
+			if math.IsNaN(v) {
+				continue // no prediction: the endpoint takes no part in the gap
+			}
 			if m.Fraction(e) >= thr {
 				bestS = min(bestS, v)
 			} else {
 				bestN = min(bestN, v)
 			}
 		}
-		if f.p.TTFTSource == TTFTFromPredictor {
+		if math.IsInf(bestS, 1) || math.IsInf(bestN, 1) {
+			// One side has no estimate: keep the sticky set.
+		} else if f.p.TTFTSource == TTFTFromPredictor {
 			d.GapMs = bestS - bestN
 			if *f.p.MaxTTFTPenaltyMs > 0 && d.GapMs > *f.p.MaxTTFTPenaltyMs {
 				d.Outcome = "released"
@@ -318,14 +324,14 @@ func (f *AffinityFilter) Decide(ctx context.Context, req *profiles.Request, eps 
 
 // cost is the endpoint's TTFT proxy: in-flight uncached tokens (plus this
 // request's own when configured), or the predicted TTFT in ms.
-func (f *AffinityFilter) cost(ctx context.Context, req *profiles.Request, m *Match, e *profiles.Endpoint) float64 {
+func (f *AffinityFilter) cost(_ context.Context, req *profiles.Request, m *Match, e *profiles.Endpoint) float64 {
 	if f.p.TTFTSource == TTFTFromPredictor {
 		if f.predictor == nil {
-			return 0
+			return math.NaN()
 		}
-		d, ok := f.predictor.PredictTTFT(ctx, req, e)
+		d, ok := f.predictor.PredictTTFT(req, e)
 		if !ok {
-			return 0
+			return math.NaN()
 		}
 		return float64(d) / float64(time.Millisecond)
 	}

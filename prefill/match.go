@@ -80,6 +80,23 @@ func MatchOf(req *profiles.Request, ep *profiles.Endpoint) (matchedBlocks, total
 	return Matches(req).Of(ep)
 }
 
+func init() { profiles.RegisterPrefixMatch(MatchOf) }
+
+// MatchOf implements profiles.PrefixMatcher with this producer's match.
+func (a *ApproxProducer) MatchOf(req *profiles.Request, ep *profiles.Endpoint) (matchedBlocks, totalBlocks, matchedTokens int) {
+	return MatchesOf(req, a.TN.Name).Of(ep)
+}
+
+// MatchOf implements profiles.PrefixMatcher with this producer's match.
+func (pp *PreciseProducer) MatchOf(req *profiles.Request, ep *profiles.Endpoint) (matchedBlocks, totalBlocks, matchedTokens int) {
+	return MatchesOf(req, pp.TN.Name).Of(ep)
+}
+
+var (
+	_ profiles.PrefixMatcher = (*ApproxProducer)(nil)
+	_ profiles.PrefixMatcher = (*PreciseProducer)(nil)
+)
+
 // storeMatch publishes a match under the producer's name and as default.
 func storeMatch(req *profiles.Request, stateKey string, m *Match) {
 	req.Put(stateKey, m)
