@@ -81,7 +81,13 @@ for r in m.get("Require") or []:
       go mod edit -require="$r"
     done < reqs.txt
     go mod tidy -e >&2 2>&1 || true
-    nice -n 10 go build -p "${SPILLWAY_BUILD_P:-2}" -trimpath -ldflags="-s -w" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    # Stamp the version the way kubernetes' own build does, so /version and
+    # the compatibility-version logic see v1.X.Y rather than v0.0.0-master.
+    local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+    local vpkg=k8s.io/component-base/version
+    nice -n 10 go build -p "${SPILLWAY_BUILD_P:-2}" -trimpath \
+      -ldflags="-s -w -X ${vpkg}.gitVersion=${K8S_VERSION} -X ${vpkg}.gitMajor=1 -X ${vpkg}.gitMinor=${minor} -X ${vpkg}.gitTreeState=clean" \
+      -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
     mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
   ) >&2
 }
@@ -131,7 +137,7 @@ GO
   ) >&2
 }
 
-if ok "$BIN/kube-apiserver"; then
+if ok "$BIN/kube-apiserver" && "$BIN/kube-apiserver" --version 2>&1 | grep -qF "Kubernetes ${K8S_VERSION}"; then
   log "kube-apiserver cached in $BIN"
 else
   build_apiserver
