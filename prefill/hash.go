@@ -12,7 +12,7 @@ import (
 // the whole prefix up to and including it, and "the first k blocks match"
 // is "key(k−1) is indexed". H is a wyhash-style multiply-fold applied
 // directly to the uint32 token ids (two ids per 64-bit lane, two
-// independent accumulators seeded from the parent key): no byte
+// independent accumulators, then one multiply with the parent key): no byte
 // conversion, no allocation, a few ns per 16-token block. It is not
 // cryptographic; a collision only costs a mis-estimated cache hit.
 
@@ -30,11 +30,20 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// chainBlock returns the key of a block whose parent key is parent.
+// chainBlock returns the key of a block whose parent key is parent. The
+// tokens are folded without the parent and the parent joins in one final
+// multiply: consecutive blocks' token folds do not depend on each other,
+// so the CPU overlaps them and the serial chain costs one multiply per
+// block.
 func chainBlock(parent uint64, toks []uint32) uint64 {
+	a, b := foldTokens(toks)
+	return mix(parent^a^wyp3, b^wyp4)
+}
+
+// foldTokens folds a block's tokens into two well-mixed words.
+func foldTokens(toks []uint32) (uint64, uint64) {
 	n := len(toks)
-	a := parent ^ wyp0
-	b := mix(parent^wyp1, wyp2)
+	a, b := wyp0, wyp1
 	i := 0
 	for ; i+8 <= n; i += 8 {
 		t := toks[i : i+8 : i+8]
@@ -47,7 +56,7 @@ func chainBlock(parent uint64, toks []uint32) uint64 {
 	if i < n {
 		b = mix(uint64(toks[i])^wyp3, b^wyp2)
 	}
-	return mix(a^wyp4, b^uint64(n)^wyp0)
+	return a, b ^ uint64(n)
 }
 
 // ChainKeys appends the chained keys of the full blocks of ids (at most
