@@ -2,7 +2,10 @@ package main
 
 import (
 	"errors"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -44,10 +47,13 @@ Shipped configs:   ` + strings.Join(bench.ConfigNames(), ", "),
   spillway bench --workload my-workload.yaml --fleet my-fleet.yaml --configs k8-round-robin,./my-config.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C stops the run between events and closes what it started.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			if o.Workload == "" {
 				return errors.New("--workload is required (a shipped name or a YAML file)")
 			}
-			_, _, err := bench.RunCommand(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			_, _, err := bench.RunCommand(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			return err
 		},
 	}

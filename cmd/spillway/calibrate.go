@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,6 +43,9 @@ literal number.`,
       --write-matrix deploy/calibration/matrix.yaml --accelerator H100 --engine vLLM --tp 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C stops the run between events and closes what it started.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			if o.Endpoint == "" || o.Model == "" {
 				return errors.New("--endpoint and --model are required")
 			}
@@ -48,7 +54,7 @@ literal number.`,
 			}
 			out := cmd.OutOrStdout()
 			o.Log = cmd.ErrOrStderr()
-			m, err := calibrate.Measure(cmd.Context(), o)
+			m, err := calibrate.Measure(ctx, o)
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -28,10 +30,13 @@ beyond this binary; it finishes in well under a minute.`,
   spillway demo --out /tmp/spillway-demo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C stops the run between events and closes what it started.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			if o.Out == "" {
 				o.Out = filepath.Join(os.TempDir(), "spillway-demo")
 			}
-			_, err := bench.RunDemo(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			_, err := bench.RunDemo(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			return err
 		},
 	}
