@@ -71,17 +71,29 @@ func (s *QueueScorer) noteProfile(name string) {
 	}
 }
 
-// Score implements profiles.Scorer.
-func (s *QueueScorer) Score(_ context.Context, cs *profiles.CycleState, _ *profiles.Request, eps []*profiles.Endpoint, out []float64) {
+// Score implements profiles.Scorer. Items of the same request already
+// placed on an encoder (profiles.EncodePlaced) count towards its depth, so
+// that a request's images spread over the encoders.
+func (s *QueueScorer) Score(_ context.Context, cs *profiles.CycleState, req *profiles.Request, eps []*profiles.Endpoint, out []float64) {
 	if cs != nil {
 		s.noteProfile(cs.Profile)
 	}
 	if len(eps) == 0 {
 		return
 	}
-	minD, maxD := s.Depth(eps[0]), s.Depth(eps[0])
-	for i, e := range eps {
+	placed := profiles.EncodePlaced(req)
+	depth := func(e *profiles.Endpoint) int {
 		d := s.Depth(e)
+		for _, p := range placed {
+			if p == e {
+				d++
+			}
+		}
+		return d
+	}
+	minD, maxD := depth(eps[0]), depth(eps[0])
+	for i, e := range eps {
+		d := depth(e)
 		out[i] = float64(d) // stash the depth; normalised below
 		minD, maxD = min(minD, d), max(maxD, d)
 	}
