@@ -350,3 +350,13 @@ func (ip *InflightProducer) janitor(ctx context.Context) {
 		}
 	}
 }
+
+// OnEndpointAdded implements profiles.EndpointsHook.
+func (ip *InflightProducer) OnEndpointAdded(*profiles.Endpoint) {}
+
+// OnEndpointRemoved implements profiles.EndpointsHook: drop its series
+// (requests still in flight release into the counters, unexported).
+func (ip *InflightProducer) OnEndpointRemoved(ep *profiles.Endpoint) {
+	ip.m.tokens.DeleteLabelValues(ep.Name)
+	ip.m.requests.DeleteLabelValues(ep.Name)
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -67,7 +68,14 @@ type PreciseProducer struct {
 	// applyMu serialises every index change and the per-publisher state.
 	applyMu sync.Mutex
 	pubs    map[int]*publisher // by Endpoint.Index
-	loras   map[string]bool    // LoRA names seen in events
+	// loras holds the LoRA names seen in events; read on the pick path
+	// without applyMu (a replay may hold that for replayTimeout).
+	loras sync.Map
+	// lastWatched is the endpoint slice most recently found fully watched:
+	// the lister hands the same slice until the pool changes, so the pick
+	// path skips the per-endpoint check.
+	lastWatched atomic.Pointer[*profiles.Endpoint]
+	lastLen     atomic.Int64
 
 	watchMu sync.Mutex
 	watches map[*profiles.Endpoint]context.CancelFunc
@@ -110,7 +118,7 @@ func newPrecise(name string, raw json.RawMessage, h profiles.Handle) (profiles.P
 // NewPreciseProducer builds the producer; in bind mode it binds now.
 func NewPreciseProducer(name string, p PreciseParams, h profiles.Handle) (*PreciseProducer, error) {
 	pp := &PreciseProducer{Named: profiles.NewNamed(PreciseType, name), p: p, ctx: h.Context(),
-		idx: NewIndex(p.LRUCapacityPerServer), pubs: map[int]*publisher{}, loras: map[string]bool{},
+		idx: NewIndex(p.LRUCapacityPerServer), pubs: map[int]*publisher{},
 		watches: map[*profiles.Endpoint]context.CancelFunc{}, known: map[string]*profiles.Endpoint{}}
 	pp.TN.Type = PreciseType
 	pp.m = newPrefixMetrics(h.Registerer(), pp.TN.Name)
@@ -179,10 +187,7 @@ func (pp *PreciseProducer) requestSeed(req *profiles.Request) uint64 {
 	if req.CacheSalt != "" {
 		return Seed("\x00salted", req.CacheSalt)
 	}
-	pp.applyMu.Lock()
-	lora := pp.loras[req.Model]
-	pp.applyMu.Unlock()
-	if lora {
+	if _, lora := pp.loras.Load(req.Model); lora {
 		return pp.seedFor(req.Model)
 	}
 	return pp.seedFor("")
@@ -222,6 +227,7 @@ func (pp *PreciseProducer) OnEndpointAdded(ep *profiles.Endpoint) {
 // OnEndpointRemoved implements profiles.EndpointsHook: stop watching and
 // forget its blocks.
 func (pp *PreciseProducer) OnEndpointRemoved(ep *profiles.Endpoint) {
+	pp.lastWatched.Store(nil)
 	pp.watchMu.Lock()
 	if c := pp.watches[ep]; c != nil {
 		c()
@@ -244,8 +250,12 @@ func (pp *PreciseProducer) OnEndpointRemoved(ep *profiles.Endpoint) {
 }
 
 func (pp *PreciseProducer) ensureWatched(eps []*profiles.Endpoint) {
+	if len(eps) == 0 || (pp.lastWatched.Load() == &eps[0] && pp.lastLen.Load() == int64(len(eps))) {
+		return
+	}
 	pp.watchMu.Lock()
 	defer pp.watchMu.Unlock()
+	defer func() { pp.lastWatched.Store(&eps[0]); pp.lastLen.Store(int64(len(eps))) }()
 	for _, ep := range eps {
 		if _, ok := pp.watches[ep]; ok {
 			continue
@@ -517,7 +527,7 @@ func (pp *PreciseProducer) store(pub *publisher, ev KVEvent) {
 		return
 	}
 	if ev.LoRAName != "" {
-		pp.loras[ev.LoRAName] = true
+		pp.loras.Store(ev.LoRAName, true)
 	}
 	parent := pp.seedFor(ev.LoRAName)
 	if ev.ParentBlockHash != nil {
