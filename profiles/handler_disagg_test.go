@@ -4,15 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
 
 	_ "github.com/spillway-llm/spillway/decode"
 	_ "github.com/spillway-llm/spillway/encode"
+	"github.com/spillway-llm/spillway/prefill"
 	"github.com/spillway-llm/spillway/profiles"
 )
+
+// The prefix-based decider learns the decode endpoint's cached tokens from
+// the prefill package's index.
+func init() { profiles.RegisterPrefixMatch(prefill.MatchOf) }
 
 // pool builds endpoints with roles: n of each given role.
 func pool(roles map[string]int) profiles.EndpointList {
@@ -56,8 +64,9 @@ func registered(types ...string) bool {
 func pdConfig() string {
 	prefillPlugins := "- type: queue-scorer\n"
 	prefillProfile := "  - pluginRef: queue-scorer\n"
-	if registered("prefix-cache-affinity-filter", "token-load-scorer") {
-		prefillPlugins = "- type: prefix-cache-affinity-filter\n  parameters: {peakPrefillThroughput: 15751, affinityThreshold: 0.6, maxTTFTPenaltyMs: 36000}\n- type: token-load-scorer\n"
+	if registered("approx-prefix-cache-producer", "inflight-load-producer", "prefix-cache-affinity-filter", "token-load-scorer") {
+		prefillPlugins = "- type: approx-prefix-cache-producer\n  parameters: {blockSizeTokens: 64}\n- type: inflight-load-producer\n" +
+			"- type: prefix-cache-affinity-filter\n  parameters: {peakPrefillThroughput: 15751, affinityThreshold: 0.6, maxTTFTPenaltyMs: 36000}\n- type: token-load-scorer\n"
 		prefillProfile = "  - pluginRef: prefix-cache-affinity-filter\n  - pluginRef: token-load-scorer\n    weight: 1\n"
 	}
 	return `apiVersion: llm-d.ai/v1alpha1
@@ -126,7 +135,12 @@ func loadDisagg(t *testing.T, cfg string, eps profiles.EndpointList) (*profiles.
 
 func chat(t *testing.T, words int, images ...string) *profiles.Request {
 	t.Helper()
-	content := `"` + strings.Repeat("word ", words) + `"`
+	return chatText(t, strings.Repeat("word ", words), images...)
+}
+
+func chatText(t *testing.T, text string, images ...string) *profiles.Request {
+	t.Helper()
+	content := `"` + text + `"`
 	if len(images) > 0 {
 		parts := []string{`{"type":"text","text":` + content + `}`}
 		for _, u := range images {
@@ -282,8 +296,9 @@ func TestEPDConfigRoutes(t *testing.T) {
 
 	// Encoder-cache affinity: the same image goes back to the encoder that
 	// encoded it (weight 2 beats an equal queue).
-	for range 10 {
-		again, err := s.Schedule(ctx, chat(t, 1000, "http://img/b.png"))
+	for i := range 10 {
+		// A fresh prompt each time, so that no decode endpoint caches it.
+		again, err := s.Schedule(ctx, chatText(t, fmt.Sprintf("q%d ", i)+strings.Repeat("word ", 1000), "http://img/b.png"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,4 +431,91 @@ func seriesCount(t *testing.T, reg *prometheus.Registry, name string) int {
 		}
 	}
 	return 0
+}
+
+// With the prefill package's index, a prompt the decode endpoint already
+// caches is decoded there without a remote prefill.
+func TestPrefixBasedDeciderUsesPrefixIndex(t *testing.T) {
+	if !registered("approx-prefix-cache-producer") {
+		t.Skip("approx-prefix-cache-producer not registered")
+	}
+	s, _ := loadDisagg(t, pdConfig(), pool(map[string]int{profiles.RoleDecode: 1, profiles.RolePrefill: 1}))
+	ctx := context.Background()
+	first := chat(t, 2000)
+	res, err := s.Schedule(ctx, first)
+	if err != nil || res.Decision != profiles.DecisionPrefillDecode {
+		t.Fatalf("first: %v %+v", err, res)
+	}
+	s.Dispatch(first, res).Finish(profiles.Usage{})
+	again, err := s.Schedule(ctx, chat(t, 2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Decision != profiles.DecisionDecodeOnly || again.Reason != profiles.ReasonSuffixCached {
+		t.Errorf("repeat: %s/%s, want decode-only/suffix_cached", again.Decision, again.Reason)
+	}
+}
+
+// fakeTokenProducer stands in for package tokenproducer's token-producer
+// while that package is not linked into this test binary.
+type fakeTokenProducer struct{ profiles.Named }
+
+func (fakeTokenProducer) Produce(_ context.Context, req *profiles.Request, _ []*profiles.Endpoint) error {
+	req.Tokens.Text, req.Tokens.Counted = profiles.PromptTokens(req), true
+	return nil
+}
+
+func (fakeTokenProducer) Order() int { return 10 }
+
+// The shipped guides' picker configs (deploy/guides/*/picker-config.yaml)
+// load unchanged and route as their comments describe. When package
+// tokenproducer is not linked, a Fake token-producer is registered.
+func TestGuideConfigsRouteFakeTokenProducerWhenAbsent(t *testing.T) {
+	if !registered("token-producer") {
+		profiles.Register("token-producer", func(name string, _ json.RawMessage, _ profiles.Handle) (profiles.Plugin, error) {
+			return fakeTokenProducer{profiles.NewNamed("token-producer", name)}, nil
+		})
+	}
+	for _, tc := range []struct {
+		guide string
+		pool  map[string]int
+		req   func() *profiles.Request
+		want  string
+	}{
+		{"pd-disaggregation", map[string]int{profiles.RoleDecode: 2, profiles.RolePrefill: 2}, func() *profiles.Request { return chat(t, 2000) }, profiles.DecisionPrefillDecode},
+		{"e-p-d-disaggregation", map[string]int{profiles.RoleDecode: 2, profiles.RolePrefill: 2, profiles.RoleEncode: 2},
+			func() *profiles.Request { return chat(t, 50, "http://img/a.png", "http://img/b.png") }, profiles.DecisionEncodePrefillDecode},
+	} {
+		t.Run(tc.guide, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("..", "deploy", "guides", tc.guide, "picker-config.yaml"))
+			if err != nil {
+				t.Skipf("guide not present: %v", err)
+			}
+			var cm struct {
+				Data map[string]string `json:"data"`
+			}
+			if err := yaml.Unmarshal(raw, &cm); err != nil {
+				t.Fatal(err)
+			}
+			cfg := cm.Data["config.yaml"]
+			c, err := profiles.ParseConfig(tc.guide, []byte(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range c.Plugins {
+				if !registered(p.Type) {
+					t.Skipf("plugin type %s is not linked into this test binary yet", p.Type)
+				}
+			}
+			eps := pool(tc.pool)
+			s, _ := loadDisagg(t, cfg, eps)
+			res, err := s.Schedule(context.Background(), tc.req())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Decision != tc.want || roleOf(eps, res.DestinationValue()) != profiles.RoleDecode {
+				t.Errorf("decision %s/%s destination %s, want %s on a decode pod", res.Decision, res.Reason, res.DestinationValue(), tc.want)
+			}
+		})
+	}
 }
