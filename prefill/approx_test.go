@@ -269,3 +269,19 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// TestChainKeysFastPathMatchesGeneric: the unrolled 16-token path and the
+// generic loop give the same keys.
+func TestChainKeysFastPathMatchesGeneric(t *testing.T) {
+	toks := ids(11, 16*9+5)
+	fast := prefill.ChainKeys(nil, 99, toks, 16, 0)
+	slow := prefill.ChainKeysGeneric(nil, 99, toks, 16, 0)
+	if len(fast) != 9 || len(slow) != 9 {
+		t.Fatalf("%d and %d keys", len(fast), len(slow))
+	}
+	for i := range fast {
+		if fast[i] != slow[i] {
+			t.Fatalf("block %d: %x vs %x", i, fast[i], slow[i])
+		}
+	}
+}
