@@ -175,7 +175,24 @@ func (f *AffinityFilter) Bind(h profiles.Handle) error {
 		return nil
 	}
 	if f.p.PredictorRef == "" {
-		return fmt.Errorf("ttftSource %s: no predictor is configured (set predictorRef to a plugin that implements prefill.TTFTPredictor)", TTFTFromPredictor)
+		// llm-d configs name no predictor: use the config's only one.
+		var found []string
+		for _, p := range h.Plugins() {
+			if pr, ok := p.(TTFTPredictor); ok {
+				f.predictor = pr
+				found = append(found, p.TypedName().Name)
+			}
+		}
+		switch len(found) {
+		case 1:
+			f.p.PredictorRef = found[0]
+			return nil
+		case 0:
+			return fmt.Errorf("ttftSource %s: no predictor is configured (add a plugin that implements prefill.TTFTPredictor, e.g. latency-predictor, or name one with predictorRef)", TTFTFromPredictor)
+		default:
+			f.predictor = nil
+			return fmt.Errorf("ttftSource %s: several predictors (%v); name one with predictorRef", TTFTFromPredictor, found)
+		}
 	}
 	p, ok := h.Plugin(f.p.PredictorRef)
 	if !ok {

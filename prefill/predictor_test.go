@@ -66,6 +66,33 @@ schedulingProfiles:
 			t.Errorf("TTFT %g vs %g ms: %+v, want %s with gap %g", c.e0, c.e1, d, c.outcome, c.e0-c.e1)
 		}
 	}
+	// Without predictorRef the config's only predictor is used.
+	eps := endpoints(2)
+	s := sched(t, `plugins:
+- type: fake-ttft-predictor
+  name: pred
+  parameters: {e0: 1}
+- type: prefix-cache-affinity-filter
+  name: affinity
+  parameters: {ttftSource: latencyPredictor, maxTTFTPenaltyMs: 5000}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: affinity}]
+`, eps)
+	if p := plugin[*prefill.AffinityFilter](t, s, "affinity").Params().(prefill.AffinityParams); p.PredictorRef != "pred" {
+		t.Errorf("predictorRef resolved to %q, want pred", p.PredictorRef)
+	}
+	loadErr(t, `plugins:
+- type: fake-ttft-predictor
+  name: a
+- type: fake-ttft-predictor
+  name: b
+- type: prefix-cache-affinity-filter
+  parameters: {ttftSource: latencyPredictor}
+schedulingProfiles:
+- name: p
+  plugins: [{pluginRef: prefix-cache-affinity-filter}]
+`, "several predictors")
 	loadErr(t, `plugins:
 - type: token-load-scorer
 - type: prefix-cache-affinity-filter
