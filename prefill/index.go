@@ -3,13 +3,14 @@ package prefill
 import "sync"
 
 // Index records which endpoints hold which block keys. Each endpoint has
-// its own LRU with a hard capacity (the memory bound); a reverse map from
-// key to holders makes a match cost one lookup per matched block whatever
-// the number of endpoints.
+// its own LRU with a hard capacity (the memory bound). One map from key to
+// its holders (endpoint and LRU slot) serves both the match, which costs a
+// lookup per matched block whatever the number of endpoints, and the
+// per-endpoint LRU, which needs no map of its own.
 type Index struct {
 	mu         sync.RWMutex
-	holders    map[uint64][]int32 // key → Endpoint.Index of every holder
-	eps        []*epLRU           // by Endpoint.Index
+	holders    map[uint64]holderSet
+	eps        []*epLRU // by Endpoint.Index
 	defaultCap int
 	blocks     int // total entries over all endpoints
 	// onEvict, when set, sees every entry leaving the index (LRU eviction,
@@ -23,9 +24,68 @@ type Index struct {
 	prefixClosed bool
 }
 
+// holderRef is one endpoint holding a key, and where in its LRU.
+type holderRef struct{ ep, slot int32 }
+
+// holderSet keeps the first holder inline: most blocks have one, and a
+// small map value keeps the index at ~130 bytes per block.
+type holderSet struct {
+	first holderRef
+	n     int32
+	more  *[]holderRef // holders after the first; nil while there is one
+}
+
+func (h *holderSet) at(i int) holderRef {
+	if i == 0 {
+		return h.first
+	}
+	return (*h.more)[i-1]
+}
+
+func (h *holderSet) find(ep int32) int {
+	for i := 0; i < int(h.n); i++ {
+		if h.at(i).ep == ep {
+			return i
+		}
+	}
+	return -1
+}
+
+func (h *holderSet) add(r holderRef) {
+	switch {
+	case h.n == 0:
+		h.first = r
+	case h.more == nil:
+		m := []holderRef{r}
+		h.more = &m
+	default:
+		*h.more = append(*h.more, r)
+	}
+	h.n++
+}
+
+func (h *holderSet) del(i int) {
+	last := int(h.n) - 1
+	if i != last {
+		r := h.at(last)
+		if i == 0 {
+			h.first = r
+		} else {
+			(*h.more)[i-1] = r
+		}
+	}
+	if last > 0 {
+		*h.more = (*h.more)[:last-1]
+		if len(*h.more) == 0 {
+			h.more = nil
+		}
+	}
+	h.n--
+}
+
 type epLRU struct {
 	cap        int
-	slot       map[uint64]int32
+	n          int
 	nodes      []lruNode
 	head, tail int32 // head is the most recently used; -1 when empty
 	free       int32 // free-list head, -1 when none
@@ -39,8 +99,10 @@ type lruNode struct {
 // NewIndex returns an index whose endpoints hold at most capacity keys
 // each (SetCapacity overrides it per endpoint).
 func NewIndex(capacity int) *Index {
-	return &Index{holders: map[uint64][]int32{}, defaultCap: max(capacity, 1)}
+	return &Index{holders: map[uint64]holderSet{}, defaultCap: max(capacity, 1)}
 }
+
+func newLRU(capacity int) *epLRU { return &epLRU{cap: capacity, head: -1, tail: -1, free: -1} }
 
 func (x *Index) lru(ep int, create bool) *epLRU {
 	if ep < 0 {
@@ -54,7 +116,7 @@ func (x *Index) lru(ep int, create bool) *epLRU {
 	}
 	l := x.eps[ep]
 	if l == nil && create {
-		l = &epLRU{cap: x.defaultCap, slot: map[uint64]int32{}, head: -1, tail: -1, free: -1}
+		l = newLRU(x.defaultCap)
 		x.eps[ep] = l
 	}
 	return l
@@ -71,8 +133,8 @@ func (x *Index) SetCapacity(ep, capacity int) {
 		return
 	}
 	l.cap = capacity
-	for len(l.slot) > l.cap {
-		x.evictTail(ep, l)
+	for l.n > l.cap {
+		x.remove(ep, l, l.tail)
 	}
 }
 
@@ -86,9 +148,11 @@ func (x *Index) Capacity(ep int) int {
 	return x.defaultCap
 }
 
-// Add records keys on an endpoint in order (the last one becomes the most
-// recent; callers pass a prefix's keys first to last, so a prefix's tail
-// is evicted before its head). aux is kept with the entry for onEvict.
+// Add records keys on an endpoint. Callers pass a prefix's keys first to
+// last; they are inserted back to front so that the first block ends most
+// recent (the head of a prefix is what every later request needs, and the
+// LRU then evicts a prefix's tail first). aux is kept with each entry for
+// onEvict.
 func (x *Index) Add(ep int, keys []uint64, aux []uint64) {
 	if len(keys) == 0 {
 		return
@@ -96,8 +160,6 @@ func (x *Index) Add(ep int, keys []uint64, aux []uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	l := x.lru(ep, true)
-	// Insert back to front so that the first block ends most recent: the
-	// head of a prefix is what every later request needs.
 	for i := len(keys) - 1; i >= 0; i-- {
 		var a uint64
 		if aux != nil {
@@ -108,13 +170,16 @@ func (x *Index) Add(ep int, keys []uint64, aux []uint64) {
 }
 
 func (x *Index) add(ep int, l *epLRU, key, aux uint64) {
-	if s, ok := l.slot[key]; ok {
+	hs := x.holders[key]
+	if i := hs.find(int32(ep)); i >= 0 {
+		s := hs.at(i).slot
 		l.nodes[s].aux = aux
 		l.moveFront(s)
 		return
 	}
-	if len(l.slot) >= l.cap {
-		x.evictTail(ep, l)
+	if l.n >= l.cap {
+		x.remove(ep, l, l.tail)
+		hs = x.holders[key] // the eviction may have changed it
 	}
 	var s int32
 	if l.free >= 0 {
@@ -132,8 +197,9 @@ func (x *Index) add(ep int, l *epLRU, key, aux uint64) {
 	if l.tail < 0 {
 		l.tail = s
 	}
-	l.slot[key] = s
-	x.holders[key] = append(x.holders[key], int32(ep))
+	l.n++
+	hs.add(holderRef{ep: int32(ep), slot: s})
+	x.holders[key] = hs
 	x.blocks++
 }
 
@@ -142,7 +208,6 @@ func (l *epLRU) moveFront(s int32) {
 		return
 	}
 	n := &l.nodes[s]
-	// unlink
 	if n.prev >= 0 {
 		l.nodes[n.prev].next = n.next
 	}
@@ -162,13 +227,10 @@ func (l *epLRU) moveFront(s int32) {
 	}
 }
 
-func (x *Index) evictTail(ep int, l *epLRU) {
-	if l.tail >= 0 {
-		x.remove(ep, l, l.tail)
-	}
-}
-
 func (x *Index) remove(ep int, l *epLRU, s int32) {
+	if s < 0 {
+		return
+	}
 	n := l.nodes[s]
 	if n.prev >= 0 {
 		l.nodes[n.prev].next = n.next
@@ -180,18 +242,14 @@ func (x *Index) remove(ep int, l *epLRU, s int32) {
 	} else {
 		l.tail = n.prev
 	}
-	delete(l.slot, n.key)
 	l.nodes[s] = lruNode{next: l.free, prev: -1}
 	l.free = s
+	l.n--
 	hs := x.holders[n.key]
-	for i, h := range hs {
-		if h == int32(ep) {
-			hs[i] = hs[len(hs)-1]
-			hs = hs[:len(hs)-1]
-			break
-		}
+	if i := hs.find(int32(ep)); i >= 0 {
+		hs.del(i)
 	}
-	if len(hs) == 0 {
+	if hs.n == 0 {
 		delete(x.holders, n.key)
 	} else {
 		x.holders[n.key] = hs
@@ -211,8 +269,9 @@ func (x *Index) Remove(ep int, keys []uint64) {
 		return
 	}
 	for _, k := range keys {
-		if s, ok := l.slot[k]; ok {
-			x.remove(ep, l, s)
+		hs := x.holders[k]
+		if i := hs.find(int32(ep)); i >= 0 {
+			x.remove(ep, l, hs.at(i).slot)
 		}
 	}
 }
@@ -229,8 +288,7 @@ func (x *Index) Clear(ep int) {
 	for l.head >= 0 {
 		x.remove(ep, l, l.head)
 	}
-	capacity := l.cap
-	x.eps[ep] = &epLRU{cap: capacity, slot: map[uint64]int32{}, head: -1, tail: -1, free: -1}
+	x.eps[ep] = newLRU(l.cap)
 }
 
 // Drop forgets an endpoint entirely (its index slot may be reused by a new
@@ -244,16 +302,12 @@ func (x *Index) Drop(ep int) {
 	x.mu.Unlock()
 }
 
-// Has reports whether an endpoint holds a key (tests, debugging).
+// Has reports whether an endpoint holds a key.
 func (x *Index) Has(ep int, key uint64) bool {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	l := x.lru(ep, false)
-	if l == nil {
-		return false
-	}
-	_, ok := l.slot[key]
-	return ok
+	hs := x.holders[key]
+	return hs.find(int32(ep)) >= 0
 }
 
 // Len returns how many keys an endpoint holds.
@@ -261,7 +315,7 @@ func (x *Index) Len(ep int) int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if l := x.lru(ep, false); l != nil {
-		return len(l.slot)
+		return l.n
 	}
 	return 0
 }
@@ -286,7 +340,8 @@ func (x *Index) Match(keys []uint64, out []int32) {
 	for i, k := range keys {
 		hs := x.holders[k]
 		alive := 0
-		for _, h := range hs {
+		for j := 0; j < int(hs.n); j++ {
+			h := hs.at(j).ep
 			if int(h) < len(out) && out[h] == int32(i) {
 				out[h] = int32(i + 1)
 				alive++
@@ -300,8 +355,8 @@ func (x *Index) Match(keys []uint64, out []int32) {
 
 // matchClosed is Match for a prefix-closed index: holders of key i are a
 // subset of the holders of key i−1, so "every endpoint still matching
-// holds key j" is len(holders[key j]) == len(alive), monotone in j. Each
-// run of equal holder sets costs one binary search: O(log n) lookups per
+// holds key j" is holders(key j) == holders(alive), monotone in j. Each run
+// of equal holder sets costs one binary search: O(log n) lookups per
 // distinct match length instead of one per block.
 func (x *Index) matchClosed(keys []uint64, out []int32) {
 	n := len(keys)
@@ -310,11 +365,11 @@ func (x *Index) matchClosed(keys []uint64, out []int32) {
 	}
 	alive := x.holders[keys[0]]
 	pos := 0 // every alive endpoint holds keys[0..pos]
-	for len(alive) > 0 {
+	for alive.n > 0 {
 		lo, hi := pos, n-1
 		for lo < hi {
 			mid := int(uint(lo+hi+1) >> 1)
-			if len(x.holders[keys[mid]]) == len(alive) {
+			if x.holders[keys[mid]].n == alive.n {
 				lo = mid
 			} else {
 				hi = mid - 1
@@ -322,31 +377,22 @@ func (x *Index) matchClosed(keys []uint64, out []int32) {
 		}
 		pos = lo
 		if pos == n-1 {
-			for _, e := range alive {
-				if int(e) < len(out) {
+			for j := 0; j < int(alive.n); j++ {
+				if e := alive.at(j).ep; int(e) < len(out) {
 					out[e] = int32(n)
 				}
 			}
 			return
 		}
 		next := x.holders[keys[pos+1]]
-		for _, e := range alive {
-			if int(e) < len(out) && !containsInt32(next, e) {
+		for j := 0; j < int(alive.n); j++ {
+			if e := alive.at(j).ep; int(e) < len(out) && next.find(e) < 0 {
 				out[e] = int32(pos + 1)
 			}
 		}
 		alive = next
 		pos++
 	}
-}
-
-func containsInt32(s []int32, v int32) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // SetPrefixClosed declares that callers only ever add whole prefixes
