@@ -23,55 +23,38 @@ var (
 	jsonFalse = json.RawMessage(`false`)
 )
 
-// fields is a request body's top-level members, values kept verbatim.
-type fields map[string]json.RawMessage
-
 func parseBody(body []byte) (fields, error) {
-	t := bytes.TrimSpace(body)
-	if len(t) == 0 || t[0] != '{' {
-		return nil, fmt.Errorf("request body must be a JSON object")
-	}
-	var f fields
-	if err := json.Unmarshal(t, &f); err != nil {
-		return nil, fmt.Errorf("malformed JSON body: %v", err)
+	f, err := splitObject(body)
+	if err != nil {
+		return nil, err
 	}
 	// Transfer parameters are the sidecar's to set: a client-supplied
 	// kv_transfer_params could aim the decoder's KV pull at any host.
-	delete(f, "kv_transfer_params")
-	delete(f, "ec_transfer_params")
+	f.del("kv_transfer_params")
+	f.del("ec_transfer_params")
 	return f, nil
-}
-
-func (f fields) marshal() []byte {
-	b, err := json.Marshal(map[string]json.RawMessage(f))
-	if err != nil {
-		// Values are RawMessages that came from a valid document or are
-		// constants; failure is a programming error.
-		panic(fmt.Sprintf("kvtransfer: re-encoding body: %v", err))
-	}
-	return b
 }
 
 // prefillBody is the prefill leg's body (protocols.md §3.1): the client's
 // body with do_remote_decode, no streaming and every output limit 1.
 func prefillBody(path string, orig fields, ec json.RawMessage) []byte {
-	f := maps.Clone(orig)
-	f["kv_transfer_params"] = prefillKVParams
-	f["stream"] = jsonFalse
-	delete(f, "stream_options")
+	f := orig.clone()
+	f.set("kv_transfer_params", prefillKVParams)
+	f.set("stream", jsonFalse)
+	f.del("stream_options")
 	if path == PathResponses {
-		f["max_output_tokens"] = jsonOne
+		f.set("max_output_tokens", jsonOne)
 	} else {
-		f["max_tokens"] = jsonOne
-		if _, ok := f["max_completion_tokens"]; ok {
-			f["max_completion_tokens"] = jsonOne
+		f.set("max_tokens", jsonOne)
+		if f.has("max_completion_tokens") {
+			f.set("max_completion_tokens", jsonOne)
 		}
 	}
-	if _, ok := f["min_tokens"]; ok {
-		f["min_tokens"] = jsonOne
+	if f.has("min_tokens") {
+		f.set("min_tokens", jsonOne)
 	}
 	if len(ec) > 0 {
-		f["ec_transfer_params"] = ec
+		f.set("ec_transfer_params", ec)
 	}
 	return f.marshal()
 }
@@ -84,12 +67,12 @@ func decodeBody(raw []byte, orig fields, stripped bool, kv, ec json.RawMessage) 
 	if len(kv) == 0 && len(ec) == 0 && !stripped {
 		return raw
 	}
-	f := maps.Clone(orig)
+	f := orig.clone()
 	if len(kv) > 0 {
-		f["kv_transfer_params"] = kv
+		f.set("kv_transfer_params", kv)
 	}
 	if len(ec) > 0 {
-		f["ec_transfer_params"] = ec
+		f.set("ec_transfer_params", ec)
 	}
 	return f.marshal()
 }
@@ -100,9 +83,9 @@ func multimodalParts(path string, f fields) ([]json.RawMessage, error) {
 	var msgsRaw json.RawMessage
 	switch path {
 	case PathChatCompletions:
-		msgsRaw = f["messages"]
+		msgsRaw, _ = f.get("messages")
 	case PathResponses:
-		msgsRaw = f["input"]
+		msgsRaw, _ = f.get("input")
 	default:
 		return nil, nil
 	}
@@ -153,14 +136,13 @@ func multimodalParts(path string, f fields) ([]json.RawMessage, error) {
 
 // encoderBody asks an encoder to encode one item (protocols.md §3.4).
 func encoderBody(model json.RawMessage, part json.RawMessage) []byte {
-	f := fields{
-		"messages":   json.RawMessage(`[{"role":"user","content":[` + string(part) + `]}]`),
-		"max_tokens": jsonOne,
-		"stream":     jsonFalse,
-	}
+	var f fields
 	if len(model) > 0 {
-		f["model"] = model
+		f.set("model", model)
 	}
+	f.set("messages", json.RawMessage(`[{"role":"user","content":[`+string(part)+`]}]`))
+	f.set("max_tokens", jsonOne)
+	f.set("stream", jsonFalse)
 	return f.marshal()
 }
 

@@ -291,7 +291,8 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(parts) > 0 {
 			t0 := time.Now()
-			ec = s.encode(ctx, rid, hdr, f["model"], parts, encoders)
+			model, _ := f.get("model")
+			ec = s.encode(ctx, rid, hdr, model, parts, encoders)
 			wc.since(t0)
 			if ctx.Err() != nil {
 				return // client gone; the legs were cancelled with it
