@@ -85,7 +85,9 @@ func BenchmarkSidecarOverhead(b *testing.B) {
 				return
 			}
 			slices.Sort(over)
-			q := func(p float64) float64 { return float64(over[min(len(over)-1, int(p*float64(len(over))))].Microseconds()) }
+			q := func(p float64) float64 {
+				return float64(over[min(len(over)-1, int(p*float64(len(over))))].Microseconds())
+			}
 			b.ReportMetric(q(0.5), "overhead-p50-µs")
 			b.ReportMetric(q(0.99), "overhead-p99-µs")
 		})
