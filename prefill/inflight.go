@@ -65,11 +65,53 @@ func (l *Load) add(reqs, toks int64) {
 
 const loadAttr = "prefill/inflight"
 
+// loadTable is a copy-on-write cache of endpoint → counters by
+// Endpoint.Index, so that scorers reading every endpoint's load pay two
+// pointer loads instead of a map lookup. A slot whose endpoint is not the
+// one asked about (an index reused by another pool) falls back to the
+// endpoint attribute, which is the source of truth.
+var (
+	loadTableMu sync.Mutex
+	loadTable   atomic.Pointer[[]loadSlot]
+)
+
+type loadSlot struct {
+	ep *profiles.Endpoint
+	l  *Load
+}
+
+func cacheLoad(ep *profiles.Endpoint, l *Load) {
+	if ep.Index < 0 || ep.Index > 1<<16 {
+		return
+	}
+	loadTableMu.Lock()
+	defer loadTableMu.Unlock()
+	var cur []loadSlot
+	if p := loadTable.Load(); p != nil {
+		cur = *p
+	}
+	next := make([]loadSlot, max(len(cur), ep.Index+1))
+	copy(next, cur)
+	next[ep.Index] = loadSlot{ep, l}
+	loadTable.Store(&next)
+}
+
+func loadFor(ep *profiles.Endpoint) *Load {
+	if p := loadTable.Load(); p != nil && ep.Index >= 0 && ep.Index < len(*p) {
+		if s := (*p)[ep.Index]; s.ep == ep {
+			return s.l
+		}
+	}
+	if v, ok := ep.Attr(loadAttr); ok {
+		return v.(*Load)
+	}
+	return nil
+}
+
 // LoadOf returns the requests and tokens the router has in flight on ep,
 // as booked by the inflight-load-producer (zero when none is configured).
 func LoadOf(ep *profiles.Endpoint) (requests, tokens int64) {
-	if v, ok := ep.Attr(loadAttr); ok {
-		l := v.(*Load)
+	if l := loadFor(ep); l != nil {
 		return l.requests.Load(), l.tokens.Load()
 	}
 	return 0, 0
@@ -143,8 +185,8 @@ func (ip *InflightProducer) Produce(context.Context, *profiles.Request, []*profi
 // and other packages read them with LoadOf (and a reloaded config keeps
 // counting the requests already in flight).
 func (ip *InflightProducer) load(ep *profiles.Endpoint) *Load {
-	if v, ok := ep.Attr(loadAttr); ok {
-		return v.(*Load)
+	if l := loadFor(ep); l != nil {
+		return l
 	}
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
@@ -153,6 +195,7 @@ func (ip *InflightProducer) load(ep *profiles.Endpoint) *Load {
 	}
 	l := &Load{gTok: ip.m.tokens.WithLabelValues(ep.Name), gReq: ip.m.requests.WithLabelValues(ep.Name)}
 	ep.SetAttr(loadAttr, l)
+	cacheLoad(ep, l)
 	return l
 }
 

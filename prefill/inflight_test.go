@@ -191,3 +191,22 @@ func TestInflightConfigErrors(t *testing.T) {
 		loadErr(t, fmt.Sprintf(base, params), want)
 	}
 }
+
+// TestLoadOfEndpointsSharingAnIndex: two pools' endpoints with the same
+// Index keep separate counters.
+func TestLoadOfEndpointsSharingAnIndex(t *testing.T) {
+	a, b := endpoints(1), endpoints(1)
+	sa := schedClock(t, `{}`, a, nil)
+	sb := schedClock(t, `{}`, b, nil)
+	ta := sa.Dispatch(tokensOnly(100), result("p", a[0]))
+	tb := sb.Dispatch(tokensOnly(7), result("p", b[0]))
+	if _, tok := prefill.LoadOf(a[0]); tok != 100 {
+		t.Errorf("a: %d tokens, want 100", tok)
+	}
+	if _, tok := prefill.LoadOf(b[0]); tok != 7 {
+		t.Errorf("b: %d tokens, want 7", tok)
+	}
+	ta.Finish(profiles.Usage{})
+	tb.Finish(profiles.Usage{})
+	assertZero(t, append(a, b...))
+}
