@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,17 +19,18 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/spillway-llm/spillway/discovery"
@@ -126,8 +129,12 @@ func (s *Source) Config() Config { return s.cfg }
 var setGlobalLoggers sync.Once
 
 // Run implements discovery.Source. It returns nil when ctx is done, and an
-// error when the API server cannot be used (the InferencePool CRD is not
-// installed, RBAC denies a watch at start) or leadership is lost.
+// error when the API server cannot be used at start (the InferencePool CRD is
+// not installed, RBAC denies listing pods or pools) or leadership is lost.
+//
+// The cache is started (and kept warm) on every replica; with leader
+// election only the leader delivers endpoints, so followers stay unready
+// and take over with a synced cache.
 func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("kubernetes discovery: Run called twice")
@@ -141,6 +148,88 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		klog.SetLogger(lg)
 	})
 
+	if err := s.preflight(ctx); err != nil {
+		return err
+	}
+	c, err := cache.New(s.rest, s.cacheOptions())
+	if err != nil {
+		return fmt.Errorf("kubernetes discovery: cache: %w", err)
+	}
+	sy := &syncer{s: s, reader: c, sink: sink, poke: make(chan struct{}, 1)}
+	if err := sy.watch(ctx, c, &corev1.Pod{}); err != nil {
+		return err
+	}
+	if s.cfg.PoolName != "" {
+		if err := sy.watch(ctx, c, &inferencev1.InferencePool{}); err != nil {
+			return err
+		}
+	}
+
+	// The cache runs until Run returns; its own failure ends the wait.
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	cacheDone := make(chan error, 1)
+	go func() {
+		cacheDone <- c.Start(cacheCtx)
+		stopCache()
+	}()
+	defer func() {
+		stopCache()
+		<-cacheDone
+	}()
+	if !c.WaitForCacheSync(cacheCtx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case err := <-cacheDone:
+			cacheDone <- err // for the deferred wait
+			return fmt.Errorf("kubernetes discovery: cache stopped before syncing: %w", err)
+		default:
+			return errors.New("kubernetes discovery: cache stopped before syncing")
+		}
+	}
+
+	defer s.setLeader(false)
+	if !s.cfg.LeaderElection {
+		s.setLeader(true)
+		return sy.run(ctx)
+	}
+	return s.lead(ctx, sy)
+}
+
+// preflight makes the mistakes an operator can fix fail Run at once with a
+// clear message, instead of an informer that retries (and logs) forever.
+func (s *Source) preflight(ctx context.Context) error {
+	cl, err := client.New(s.rest, client.Options{Scheme: s.scheme})
+	if err != nil {
+		return fmt.Errorf("kubernetes discovery: client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(s.cfg.Namespace), client.Limit(1)); err != nil {
+		return s.explain("listing pods", err)
+	}
+	if s.cfg.PoolName != "" {
+		var pools inferencev1.InferencePoolList
+		if err := cl.List(ctx, &pools, client.InNamespace(s.cfg.Namespace), client.Limit(1)); err != nil {
+			return s.explain("listing InferencePools", err)
+		}
+	}
+	return nil
+}
+
+func (s *Source) explain(what string, err error) error {
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		return fmt.Errorf("kubernetes discovery: the API server does not serve InferencePool (%s): install the CRD, or run standalone with --endpoint-selector and --endpoint-target-ports: %w", inferencev1.SchemeGroupVersion, err)
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return fmt.Errorf("kubernetes discovery: %s in namespace %s is not allowed (the picker needs get/list/watch on pods and inferencepools there, see deploy/base/picker/rbac.yaml): %w", what, s.cfg.Namespace, err)
+	}
+	return fmt.Errorf("kubernetes discovery: %s in namespace %s: %w", what, s.cfg.Namespace, err)
+}
+
+func (s *Source) cacheOptions() cache.Options {
 	podCache := cache.ByObject{Transform: trimPod}
 	if s.standalone != nil {
 		podCache.Label = s.standalone.selector
@@ -151,60 +240,81 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 			Field: fields.OneTermEqualSelector("metadata.name", s.cfg.PoolName),
 		}
 	}
-	opts := manager.Options{
-		Scheme: s.scheme,
-		Logger: lg,
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{s.cfg.Namespace: {}},
-			ByObject:          byObject,
-		},
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                s.cfg.LeaderElection,
-		LeaderElectionID:              s.cfg.leaseID(),
-		LeaderElectionNamespace:       s.cfg.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
+	return cache.Options{
+		Scheme:            s.scheme,
+		DefaultNamespaces: map[string]cache.Config{s.cfg.Namespace: {}},
+		ByObject:          byObject,
 	}
-	if opts.LeaderElectionNamespace == "" {
-		opts.LeaderElectionNamespace = s.cfg.Namespace
-	}
-	if s.cfg.LeaseDuration > 0 {
-		opts.LeaseDuration = &s.cfg.LeaseDuration
-	}
-	if s.cfg.RenewDeadline > 0 {
-		opts.RenewDeadline = &s.cfg.RenewDeadline
-	}
-	if s.cfg.RetryPeriod > 0 {
-		opts.RetryPeriod = &s.cfg.RetryPeriod
-	}
-	mgr, err := manager.New(s.rest, opts)
-	if err != nil {
-		return fmt.Errorf("kubernetes discovery: %w", err)
-	}
+}
 
-	sy := &syncer{s: s, reader: mgr.GetCache(), sink: sink, poke: make(chan struct{}, 1)}
-	if err := sy.watch(ctx, mgr.GetCache(), &corev1.Pod{}); err != nil {
-		return err
+// lead runs the syncer only while this replica holds the Lease. Losing the
+// Lease (rather than ctx ending) is an error: the process should restart as
+// a follower, as controller-runtime managers do.
+func (s *Source) lead(ctx context.Context, sy *syncer) error {
+	ns := s.cfg.LeaderElectionNamespace
+	if ns == "" {
+		ns = s.cfg.Namespace
 	}
-	if s.cfg.PoolName != "" {
-		if err := sy.watch(ctx, mgr.GetCache(), &inferencev1.InferencePool{}); err != nil {
-			if meta.IsNoMatchError(err) {
-				return fmt.Errorf("kubernetes discovery: the API server does not serve InferencePool (%s): install the CRD, or run standalone with --endpoint-selector and --endpoint-target-ports: %w", inferencev1.SchemeGroupVersion, err)
-			}
-			return err
+	host, _ := os.Hostname()
+	id := host + "_" + string(uuid.NewUUID())
+	ld, rd, rp := s.cfg.LeaseDuration, s.cfg.RenewDeadline, s.cfg.RetryPeriod
+	if ld <= 0 {
+		ld = 15 * time.Second
+	}
+	if rd <= 0 {
+		rd = 10 * time.Second
+	}
+	if rp <= 0 {
+		rp = 2 * time.Second
+	}
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, s.cfg.leaseID(),
+		resourcelock.ResourceLockConfig{Identity: id}, s.rest, rd)
+	if err != nil {
+		return fmt.Errorf("kubernetes discovery: leader election: %w", err)
+	}
+	// client-go runs OnStartedLeading in a goroutine it does not wait for;
+	// the callback only hands over the leadership context, and the syncer
+	// runs here, so Run never returns while it still delivers.
+	elected := make(chan context.Context, 1)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: s.cfg.leaseID(),
+		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				elected <- lctx
+				<-lctx.Done()
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("kubernetes discovery: leader election: %w", err)
+	}
+	leDone := make(chan struct{})
+	go func() {
+		defer close(leDone)
+		le.Run(ctx) // returns when ctx ends or the Lease is lost, cancelling lctx
+	}()
+	select {
+	case <-leDone:
+		if len(elected) > 0 && ctx.Err() == nil {
+			return errors.New("kubernetes discovery: leader election lost")
 		}
+		return nil // ctx ended before this replica was elected
+	case lctx := <-elected:
+		s.log.Info("elected leader", "lease", ns+"/"+s.cfg.leaseID(), "identity", id)
+		err := sy.run(lctx)
+		s.setLeader(false)
+		<-leDone
+		switch {
+		case err != nil:
+			return err
+		case ctx.Err() == nil:
+			return errors.New("kubernetes discovery: leader election lost")
+		}
+		return nil
 	}
-	if err := mgr.Add(sy); err != nil {
-		return fmt.Errorf("kubernetes discovery: %w", err)
-	}
-	if !s.cfg.LeaderElection {
-		s.setLeader(true)
-	}
-	defer s.setLeader(false)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("kubernetes discovery: %w", err)
-	}
-	return nil
 }
 
 func (s *Source) setLeader(v bool) {
@@ -226,10 +336,6 @@ type syncer struct {
 	sink   discovery.Sink
 	poke   chan struct{} // one slot: bursts of events coalesce into one recompute
 }
-
-// NeedLeaderElection makes only the leader deliver endpoints (without
-// leader election the manager runs it at once).
-func (sy *syncer) NeedLeaderElection() bool { return true }
 
 func (sy *syncer) notify() {
 	select {
@@ -254,9 +360,12 @@ func (sy *syncer) watch(ctx context.Context, c cache.Cache, obj client.Object) e
 	return nil
 }
 
-// Start implements manager.Runnable.
-func (sy *syncer) Start(ctx context.Context) error {
+// run delivers endpoint sets until ctx is done.
+func (sy *syncer) run(ctx context.Context) error {
 	s := sy.s
+	if ctx.Err() != nil {
+		return nil
+	}
 	s.setLeader(true)
 	s.log.Info("delivering endpoints", "leaderElection", s.cfg.LeaderElection)
 	var last []discovery.Spec
