@@ -81,6 +81,7 @@ type Decision struct {
 	Sticky    int    // size of the sticky set
 	GapTokens float64
 	GapMs     float64
+	HasGap    bool // both a sticky and a non-sticky endpoint had an estimate
 }
 
 func newAffinity(name string, raw json.RawMessage, h profiles.Handle) (profiles.Plugin, error) {
@@ -253,6 +254,10 @@ func (f *AffinityFilter) match(req *profiles.Request) *Match {
 // Filter implements profiles.Filter.
 func (f *AffinityFilter) Filter(ctx context.Context, cs *profiles.CycleState, req *profiles.Request, eps []*profiles.Endpoint) []*profiles.Endpoint {
 	out, d := f.Decide(ctx, req, eps)
+	f.m.stickySize.Observe(float64(d.Sticky))
+	if d.HasGap {
+		f.m.gap.Observe(d.GapMs / 1000)
+	}
 	switch d.Outcome {
 	case "sticky":
 		f.m.sticky.Inc()
@@ -312,7 +317,8 @@ func (f *AffinityFilter) Decide(ctx context.Context, req *profiles.Request, eps 
 				bestN = min(bestN, v)
 			}
 		}
-		if math.IsInf(bestS, 1) || math.IsInf(bestN, 1) {
+		d.HasGap = !math.IsInf(bestS, 1) && !math.IsInf(bestN, 1)
+		if !d.HasGap {
 			// One side has no estimate: keep the sticky set.
 		} else if f.p.TTFTSource == TTFTFromPredictor {
 			d.GapMs = bestS - bestN

@@ -54,6 +54,8 @@ func newKVEventMetrics(reg prometheus.Registerer) *kvEventMetrics {
 
 type affinityMetrics struct {
 	sticky, released, noSticky, explored prometheus.Counter
+	gap                                  prometheus.Observer
+	stickySize                           prometheus.Observer
 }
 
 func newAffinityMetrics(reg prometheus.Registerer, filter string) *affinityMetrics {
@@ -61,9 +63,20 @@ func newAffinityMetrics(reg prometheus.Registerer, filter string) *affinityMetri
 		Namespace: ns, Name: "affinity_decisions_total",
 		Help: "prefix-cache-affinity-filter decisions: sticky (only warm endpoints passed), released (saturation release passed all), no_sticky (no warm endpoint), explored (exploration passed all).",
 	}, []string{"filter", "outcome"}))
+	gap := profiles.RegisterCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "affinity_ttft_gap_seconds",
+		Help:    "Estimated TTFT of the best sticky endpoint minus the best other's, for decisions that had both (the release fires above maxTTFTPenaltyMs).",
+		Buckets: []float64{-10, -1, 0, 0.5, 1, 2, 5, 10, 14, 18, 25, 36, 60},
+	}, []string{"filter"}))
+	size := profiles.RegisterCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "affinity_sticky_endpoints",
+		Help:    "Size of the sticky set per decision.",
+		Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128},
+	}, []string{"filter"}))
 	return &affinityMetrics{
 		sticky: v.WithLabelValues(filter, "sticky"), released: v.WithLabelValues(filter, "released"),
 		noSticky: v.WithLabelValues(filter, "no_sticky"), explored: v.WithLabelValues(filter, "explored"),
+		gap: gap.WithLabelValues(filter), stickySize: size.WithLabelValues(filter),
 	}
 }
 
