@@ -130,10 +130,12 @@ func TestAffinityShortSharedPromptNeverSticky(t *testing.T) {
 }
 
 func TestAffinityOwnUncachedTokens(t *testing.T) {
-	// e0 caches 80% of a 40k prompt (8k uncached); e1 caches nothing (40k
-	// uncached) and e0 has 100k more in flight. Without the own tokens the
-	// gap is 100k < τ (stays sticky); with them: 100k+8k vs 40k → 68k,
-	// still sticky; with τ 50k the own-token form releases, plain does not.
+	// The request is 40,960 tokens; e0 caches its keyed 32,768 (8,192
+	// uncached) and has 40,000 tokens in flight; e1 caches nothing (40,960
+	// uncached) and is idle. τ = 10,000 tokens. In-flight tokens alone: gap
+	// 40,000 > τ → released. With the request's own uncached tokens:
+	// (40,000 + 8,192) − 40,960 = 7,232 ≤ τ → stays sticky, because moving
+	// the request to the cold endpoint would cost it the whole prompt.
 	eps := endpoints(2)
 	run := func(params string) prefill.Decision {
 		s := sched(t, fmt.Sprintf(affinityConfig, params), eps)
