@@ -42,7 +42,7 @@ beyond this binary; it finishes in well under a minute.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Out, "out", "", "directory for results.json and report.html (default: $TMPDIR/spillway-demo)")
-	f.Float64Var(&o.TimeScale, "time-scale", 8, "simulated seconds per wall second")
+	f.Float64Var(&o.TimeScale, "time-scale", 4, "simulated seconds per wall second (lower it on a busy machine: the simulators run on the wall clock)")
 	f.StringVar(&o.Configs, "configs", bench.DemoConfigs, "configurations to compare (shipped names or files)")
 	return cmd
 }

@@ -23,6 +23,8 @@ type CommandOptions struct {
 	// virtual time; TimeScale speeds them up (default 4).
 	Real      bool
 	TimeScale float64
+	// Spec, when set, is used instead of loading Workload.
+	Spec *workloads.Spec
 }
 
 // DefaultConfigs is what `spillway bench` compares when --configs is not
@@ -40,9 +42,12 @@ const (
 // to stdout and progress to stderr, and writes results.json and
 // report.html when Out is set. It returns the results and the report path.
 func RunCommand(ctx context.Context, o CommandOptions, stdout, stderr io.Writer) (*Results, string, error) {
-	spec, err := workloads.Load(o.Workload)
-	if err != nil {
-		return nil, "", err
+	spec := o.Spec
+	var err error
+	if spec == nil {
+		if spec, err = workloads.Load(o.Workload); err != nil {
+			return nil, "", err
+		}
 	}
 	fleetName := o.Fleet
 	if fleetName == "" {

@@ -21,14 +21,16 @@ import (
 	"github.com/spillway-llm/spillway/director"
 	"github.com/spillway-llm/spillway/discovery"
 	"github.com/spillway-llm/spillway/gateway"
+	"github.com/spillway-llm/spillway/kvtransfer"
 	"github.com/spillway-llm/spillway/profiles"
 	"github.com/spillway-llm/spillway/test/sim"
 	"github.com/spillway-llm/spillway/test/workloads"
 )
 
 // RealOptions configure a real-HTTP run: simulator endpoints on loopback,
-// the picker's director and gateway in front of them, a load generator
-// speaking the OpenAI API to the gateway.
+// a kvtransfer sidecar in front of every decode endpoint of a disaggregated
+// fleet, the picker's director and gateway in front of them, a load
+// generator speaking the OpenAI API to the gateway.
 type RealOptions struct {
 	// TimeScale speeds the simulators up (simulated seconds per wall
 	// second); arrival times are scaled to match and every measured
@@ -51,20 +53,19 @@ func (s staticSource) Run(ctx context.Context, sink discovery.Sink) error {
 
 // realFleet is one cold fleet and picker stack for one configuration.
 type realFleet struct {
-	servers []*sim.Server
-	stack   *director.Stack
-	gw      *http.Server
-	url     string
-	cancel  context.CancelFunc
-	runDone chan error
-	client  *http.Client
-	dir     string
+	servers  []*sim.Server
+	sidecars []*http.Server
+	scs      []*kvtransfer.Sidecar
+	stack    *director.Stack
+	gw       *http.Server
+	url      string
+	cancel   context.CancelFunc
+	runDone  chan error
+	client   *http.Client
+	dir      string
 }
 
 func startRealFleet(ctx context.Context, cfg *Config, fleet *Fleet, model string, o RealOptions) (_ *realFleet, err error) {
-	if fleet.Disaggregated() {
-		return nil, errors.New("real-HTTP runs support aggregated fleets (role both) only in this build: P/D and E-P-D need the kvtransfer sidecar")
-	}
 	rf := &realFleet{runDone: make(chan error, 1)}
 	defer func() {
 		if err != nil {
@@ -79,6 +80,27 @@ func startRealFleet(ctx context.Context, cfg *Config, fleet *Fleet, model string
 		}
 		rf.servers = append(rf.servers, s)
 		specs = append(specs, discovery.Spec{Name: es.Name, Address: s.Addr(), Labels: map[string]string{profiles.RoleLabel: string(es.Role)}})
+	}
+	if fleet.Disaggregated() {
+		// Every decode pod gets the sidecar in front: the picker routes to
+		// the sidecar, which runs the encoder and prefill legs named in the
+		// routing headers and then decodes on its own simulator.
+		var legs []string
+		for _, sp := range specs {
+			if r := sp.Labels[profiles.RoleLabel]; r == string(sim.RolePrefill) || r == string(sim.RoleEncode) {
+				legs = append(legs, sp.Address)
+			}
+		}
+		for i := range specs {
+			if r := specs[i].Labels[profiles.RoleLabel]; r != string(sim.RoleDecode) && r != string(sim.RoleBoth) {
+				continue
+			}
+			addr, err := rf.startSidecar("http://"+specs[i].Address, legs)
+			if err != nil {
+				return nil, fmt.Errorf("starting the sidecar of %s: %w", specs[i].Name, err)
+			}
+			specs[i].Address = addr
+		}
 	}
 	rf.dir, err = os.MkdirTemp("", "spillway-bench-")
 	if err != nil {
@@ -113,7 +135,38 @@ func startRealFleet(ctx context.Context, cfg *Config, fleet *Fleet, model string
 	return rf, nil
 }
 
+// startSidecar serves a kvtransfer sidecar for the decoder on loopback and
+// returns its address.
+func (rf *realFleet) startSidecar(decoder string, legs []string) (string, error) {
+	allow, err := kvtransfer.NewAllowlist(legs...)
+	if err != nil {
+		return "", err
+	}
+	sc, err := kvtransfer.New(kvtransfer.Options{Decoder: decoder, Allow: allow, Logger: sidecarLog})
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		sc.Close()
+		return "", err
+	}
+	srv := &http.Server{Handler: sc, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	rf.sidecars = append(rf.sidecars, srv)
+	rf.scs = append(rf.scs, sc)
+	return ln.Addr().String(), nil
+}
+
 func (rf *realFleet) close() {
+	for _, s := range rf.sidecars {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.Shutdown(ctx)
+		cancel()
+	}
+	for _, sc := range rf.scs {
+		sc.Close()
+	}
 	if rf.gw != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		rf.gw.Shutdown(ctx)
@@ -225,6 +278,10 @@ func runReal(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Fleet,
 		wg.Wait()
 		snap()
 		pb.end()
+		dest := map[string]bool{}
+		for _, sv := range rf.servers {
+			dest[sv.Name()] = sv.Role() == sim.RoleDecode || sv.Role() == sim.RoleBoth
+		}
 		rf.close()
 		if err := ctx.Err(); err != nil {
 			return cr, err
@@ -235,16 +292,20 @@ func runReal(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Fleet,
 				lstart = time.Duration(k) * stage
 			}
 			lr := aggregate(plan.Levels[li].Load, lg.take(li), lstart, rels[k+1]-rels[k])
+			// Requests each engine completed during the level (encoder and
+			// prefill legs included); imbalance over the destination pool.
 			lr.RequestsPerEndpoint = map[string]int{}
-			mx, sum := 0, 0
-			for name, n := range snaps[k+1] {
-				d := int(n - snaps[k][name])
+			mx, sum, n := 0, 0, 0
+			for name, fin := range snaps[k+1] {
+				d := int(fin - snaps[k][name])
 				lr.RequestsPerEndpoint[name] = d
-				mx, sum = max(mx, d), sum+d
+				if dest[name] {
+					mx, sum, n = max(mx, d), sum+d, n+1
+				}
 			}
 			lr.Imbalance = 0
 			if sum > 0 {
-				lr.Imbalance = float64(mx) / (float64(sum) / float64(len(snaps[k+1])))
+				lr.Imbalance = float64(mx) / (float64(sum) / float64(n))
 			}
 			cr.Levels = append(cr.Levels, lr)
 		}
@@ -460,3 +521,5 @@ func pngDataURL(im workloads.Image) string {
 	chunk("tEXt", []byte("id\x00"+strconv.FormatUint(im.Hash, 16)))
 	return "data:image/png;base64," + base64Std(b.Bytes())
 }
+
+var sidecarLog = slog.New(slog.DiscardHandler)

@@ -23,7 +23,8 @@ func TestRealHTTPRoundRobin(t *testing.T) {
 	}
 	spec.Arrival.Levels = spec.Arrival.Levels[:2]
 	spec.Arrival.DurationSeconds = 4
-	fl, _ := LoadFleet("demo")
+	spec.Conversations.Images = nil
+	fl, _ := LoadFleet("h100-x4")
 	c, _ := LoadConfig("k8-round-robin")
 	res, err := RunReal(context.Background(), Options{Workload: spec, Fleet: fl, Configs: []*Config{c}}, RealOptions{TimeScale: 8})
 	if err != nil {
@@ -51,16 +52,26 @@ func TestRealHTTPRoundRobin(t *testing.T) {
 	t.Logf("%+v", cr.Levels)
 }
 
-// TestDemoRuns is `spillway demo`: both configurations served every
-// request over real HTTP and the report was written.
+// TestDemoRuns is `spillway demo`: over real HTTP through the gateway and
+// the decode sidecars, both configurations served every request of the
+// E-P-D fleet (encoder, prefill and decode legs) and the report was
+// written.
 func TestDemoRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real HTTP run")
 	}
 	needPlugins(t, matchedTypes...)
+	// The shipped demo's first two stages, shortened: the full ramp is for
+	// people, this checks the plumbing.
+	spec, err := workloads.Load("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Arrival.Levels = spec.Arrival.Levels[:2]
+	spec.Arrival.DurationSeconds = 4
 	var out, errw strings.Builder
 	dir := t.TempDir()
-	report, err := RunDemo(context.Background(), DemoOptions{Out: dir}, &out, &errw)
+	report, err := RunDemo(context.Background(), DemoOptions{Out: dir, Workload: spec}, &out, &errw)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errw.String())
 	}
@@ -84,7 +95,7 @@ func TestDemoRuns(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(out.String(), "token-load-aware") || !strings.Contains(out.String(), report) {
+	if !strings.Contains(out.String(), "epd-matched") || !strings.Contains(out.String(), report) {
 		t.Fatalf("demo output lacks the table or the report path:\n%s", out.String())
 	}
 }
