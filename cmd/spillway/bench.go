@@ -28,7 +28,8 @@ By default it runs in virtual time: the simulator's event loop drives the real
 scheduler and plugins, so a load ramp of many minutes takes seconds and the
 results are the same for the same --seed. --real instead starts simulators
 speaking HTTP on loopback and sends the workload through the picker's gateway
-(wall clock, sped up by --time-scale; not bit-for-bit repeatable).
+(wall clock, sped up by --time-scale; not bit-for-bit repeatable); decode
+endpoints of P/D and E-P-D fleets get the kvtransfer sidecar in front.
 
 For every (configuration, load level) it reports TTFT p50/p90/p99, TPOT p90,
 end-to-end p90, input and output tokens/s, goodput against the workload's SLOs,
@@ -66,7 +67,7 @@ Shipped configs:   ` + strings.Join(bench.ConfigNames(), ", "),
 	f.StringVar(&o.Baseline, "baseline", "", "configuration the ratios compare against (default: the round-robin one)")
 	f.Float64Var(&o.KneeBoundMs, "knee-bound-ms", 0, "bound on the knee metric in ms (default: the workload's knee.boundMs)")
 	f.IntVar(&o.Parallel, "parallel", 1, "configurations to run at once (results do not depend on it)")
-	f.BoolVar(&o.Real, "real", false, "drive real-HTTP simulators on loopback through the picker's gateway instead of virtual time (aggregated fleets; wall-clock, not repeatable)")
+	f.BoolVar(&o.Real, "real", false, "drive real-HTTP simulators on loopback through the picker's gateway (and a kvtransfer sidecar per decode endpoint of a P/D or E-P-D fleet) instead of virtual time; wall clock, not bit-for-bit repeatable")
 	f.Float64Var(&o.TimeScale, "time-scale", 4, "with --real: simulated seconds per wall second (latencies are reported in simulated time)")
 	return cmd
 }

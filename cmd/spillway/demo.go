@@ -17,15 +17,17 @@ func newDemoCmd() *cobra.Command {
 	var o bench.DemoOptions
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run a one-minute comparison of round-robin vs the matched configuration on a simulated fleet",
-		Long: `demo starts, in this one process and on loopback only, a small fleet of
-simulated vLLM endpoints speaking real HTTP, the picker's OpenAI-compatible
-gateway in front of them, and a load generator. It plays a miniature b2b-saas
-workload (shared system prompts, a short QPS ramp) once with round-robin (the
-Kubernetes Service baseline) and once with the matched prefill-bound
-configuration (prefix-cache affinity filter + token-load scorer), prints the
-comparison table and writes results.json and report.html. Nothing is needed
-beyond this binary; it finishes in well under a minute.`,
+		Short: "Compare round-robin with the matched per-pool stacks on a simulated E-P-D fleet, in under a minute",
+		Long: `demo starts, in this one process and on loopback only, a small simulated
+E-P-D fleet speaking real HTTP (one encoder, two prefill and two decode vLLM
+simulators, a kvtransfer sidecar in front of each decode endpoint), the
+picker's OpenAI-compatible gateway in front of them, and a load generator. It
+plays a miniature b2b-saas workload with one image per request (shared system
+prompts, a short QPS ramp) once with every pool round-robin (the Kubernetes
+Service baseline) and once with every pool matched (encode on queue depth,
+prefill on prefix-cache affinity + token load, decode on active requests),
+prints the comparison table and writes results.json and report.html. Nothing
+is needed beyond this binary; it finishes in well under a minute.`,
 		Example: `  spillway demo
   spillway demo --out /tmp/spillway-demo`,
 		Args: cobra.NoArgs,
