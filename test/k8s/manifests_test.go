@@ -229,14 +229,14 @@ func TestLeaderElectionComponent(t *testing.T) {
 	dir := t.TempDir()
 	rel, err := filepath.Rel(dir, deployDir(t))
 	require.NoError(t, err)
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + filepath.Join(rel, "guides/pd-disaggregation") +
-		"\ncomponents:\n- " + filepath.Join(rel, "components/leader-election") + "\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
+	writeKustomization(t, dir, rel)
 	objs, err := build(dir)
 	require.NoError(t, err)
 	var typed []client.Object
 	for _, o := range objs {
-		typed = append(typed, decodeStrict(t, o))
+		co := decodeStrict(t, o)
+		assert.Equal(t, "spillway", co.GetNamespace(), "%s", o.id())
+		typed = append(typed, co)
 	}
 	var picker *appsv1.Deployment
 	for _, d := range find[*appsv1.Deployment](typed) {
@@ -258,6 +258,17 @@ func TestLeaderElectionComponent(t *testing.T) {
 	}
 	assert.True(t, leaseRule, "the component grants the Lease")
 	assert.Len(t, find[*rbacv1.RoleBinding](typed), 2)
+}
+
+// writeKustomization writes the overlay docs/kubernetes.md shows for HA: a
+// guide plus the leader-election component. The overlay sets the namespace
+// again because kustomize only applies a kustomization's namespace to its
+// own resources, not to components added above it.
+func writeKustomization(t testing.TB, dir, deployRel string) {
+	t.Helper()
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: spillway\nresources:\n- " + filepath.Join(deployRel, "guides/pd-disaggregation") +
+		"\ncomponents:\n- " + filepath.Join(deployRel, "components/leader-election") + "\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
 }
 
 var (
