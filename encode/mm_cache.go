@@ -49,7 +49,7 @@ type MMCacheProducer struct {
 	budget int64
 	key    string
 
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	byEP map[*profiles.Endpoint]*lru
 }
 
@@ -135,17 +135,17 @@ func (m *MMCacheProducer) ItemHash(req *profiles.Request, i int) uint64 {
 // Holds reports whether encoder ep is believed to hold the embeddings of
 // the item with this content hash.
 func (m *MMCacheProducer) Holds(ep *profiles.Endpoint, hash uint64) bool {
-	m.mu.Lock()
+	m.mu.RLock()
 	l := m.byEP[ep]
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	return l != nil && l.has(hash)
 }
 
 // BytesHeld returns the embedding bytes remembered for ep.
 func (m *MMCacheProducer) BytesHeld(ep *profiles.Endpoint) int64 {
-	m.mu.Lock()
+	m.mu.RLock()
 	l := m.byEP[ep]
-	m.mu.Unlock()
+	m.mu.RUnlock()
 	if l == nil {
 		return 0
 	}
@@ -303,8 +303,10 @@ func (s *MMCacheScorer) Score(_ context.Context, _ *profiles.CycleState, req *pr
 		return
 	}
 	if i := profiles.EncodeItem(req); i >= 0 && i < len(items) {
+		s.prod.mu.RLock()
+		defer s.prod.mu.RUnlock()
 		for j, e := range eps {
-			if s.prod.Holds(e, items[i].hash) {
+			if l := s.prod.byEP[e]; l != nil && l.has(items[i].hash) {
 				out[j] = 1
 			}
 		}

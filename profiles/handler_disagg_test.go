@@ -519,3 +519,38 @@ func TestGuideConfigsRouteFakeTokenProducerWhenAbsent(t *testing.T) {
 		})
 	}
 }
+
+// The complete config example of docs/disaggregation.md loads as written.
+func TestDisaggregationDocExampleLoads(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "disaggregation.md"))
+	if err != nil {
+		t.Skipf("docs not present: %v", err)
+	}
+	var blocks []string
+	for _, part := range strings.Split(string(raw), "```yaml\n")[1:] {
+		blocks = append(blocks, part[:strings.Index(part, "```")])
+	}
+	loaded := 0
+	for _, b := range blocks {
+		if !strings.HasPrefix(b, "apiVersion:") {
+			continue // a fragment
+		}
+		c, err := profiles.ParseConfig("docs", []byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range c.Plugins {
+			if !registered(p.Type) {
+				t.Skipf("plugin type %s not linked", p.Type)
+			}
+		}
+		s, _ := loadDisagg(t, b, pool(map[string]int{profiles.RoleDecode: 1, profiles.RolePrefill: 1}))
+		if res, err := s.Schedule(context.Background(), chat(t, 1000)); err != nil || res.Decision != profiles.DecisionPrefillDecode {
+			t.Errorf("doc example: %v %+v", err, res)
+		}
+		loaded++
+	}
+	if loaded == 0 {
+		t.Error("no complete config in docs/disaggregation.md")
+	}
+}
