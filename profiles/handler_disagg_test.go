@@ -308,7 +308,7 @@ func TestEPDConfigRoutes(t *testing.T) {
 	}
 
 	// Text-only request in an E-P-D pool.
-	txt, _ := s.Schedule(ctx, chat(t, 1000))
+	txt, _ := s.Schedule(ctx, chatText(t, "fresh "+strings.Repeat("word ", 1000)))
 	if txt.Decision != profiles.DecisionPrefillDecode || txt.Reason != profiles.ReasonNotMultimodal {
 		t.Errorf("text: %s/%s, want prefill-decode/not_multimodal", txt.Decision, txt.Reason)
 	}
