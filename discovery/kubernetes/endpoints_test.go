@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -106,4 +107,25 @@ func TestTrimPodKeepsWhatEndpointsNeed(t *testing.T) {
 	got, err := trimPod(other)
 	require.NoError(t, err)
 	assert.Equal(t, other, got)
+}
+
+// BenchmarkEndpointSpecs is the cost of one full recompute (every pod or
+// pool event triggers one, coalesced): 1000 pods, half of them selected.
+func BenchmarkEndpointSpecs(b *testing.B) {
+	pods := make([]corev1.Pod, 1000)
+	for i := range pods {
+		app := "vllm"
+		if i%2 == 1 {
+			app = "other"
+		}
+		pods[i] = pod(fmt.Sprintf("pod-%04d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250), true,
+			map[string]string{"app": app, "llm-d.ai/role": "decode", "pod-template-hash": "abc"})
+	}
+	t := poolTarget(pool(map[string]string{"app": "vllm"}, 8000))
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(endpointSpecs(t, pods)) != 500 {
+			b.Fatal("wrong count")
+		}
+	}
 }
