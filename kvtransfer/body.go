@@ -90,40 +90,54 @@ func multimodalParts(path string, f fields) ([]json.RawMessage, error) {
 		return nil, nil
 	}
 	t := bytes.TrimSpace(msgsRaw)
-	if len(t) == 0 || t[0] != '[' {
+	if len(t) == 0 || t[0] != '[' || !hasMMType(t) {
 		return nil, nil
 	}
-	var msgs []struct {
-		Content json.RawMessage `json:"content"`
-	}
-	if err := json.Unmarshal(t, &msgs); err != nil {
+	// Structural splits down to the parts: the (long) text is skipped, not
+	// decoded; only multimodal parts are decoded.
+	msgs, err := splitArray(t)
+	if err != nil {
 		return nil, fmt.Errorf("messages: %v", err)
 	}
 	var out []json.RawMessage
 	for _, m := range msgs {
-		c := bytes.TrimSpace(m.Content)
+		mf, err := splitObject(m)
+		if err != nil {
+			if bytes.HasPrefix(bytes.TrimSpace(m), []byte("{")) {
+				return nil, fmt.Errorf("message: %v", err)
+			}
+			continue
+		}
+		c, _ := mf.get("content")
+		c = bytes.TrimSpace(c)
 		if len(c) == 0 || c[0] != '[' {
 			continue
 		}
-		var parts []json.RawMessage
-		if err := json.Unmarshal(c, &parts); err != nil {
+		parts, err := splitArray(c)
+		if err != nil {
 			return nil, fmt.Errorf("content: %v", err)
 		}
 		for _, p := range parts {
-			var head struct {
-				Type     string          `json:"type"`
-				ImageURL json.RawMessage `json:"image_url"`
-			}
-			if err := json.Unmarshal(p, &head); err != nil {
+			pf, err := splitObject(p)
+			if err != nil {
 				return nil, fmt.Errorf("content part: %v", err)
 			}
-			switch head.Type {
+			typRaw, _ := pf.get("type")
+			var typ string
+			if len(typRaw) > 0 && json.Unmarshal(typRaw, &typ) != nil {
+				return nil, fmt.Errorf("content part type must be a string")
+			}
+			switch typ {
 			case "image_url", "video_url", "input_audio", "audio_url":
+				if !json.Valid(p) {
+					return nil, fmt.Errorf("content part: malformed %s part", typ)
+				}
 				out = append(out, p)
 			case "input_image":
 				// Responses API: {"type":"input_image","image_url":"URL"}.
+				iu, _ := pf.get("image_url")
 				var url string
-				if err := json.Unmarshal(head.ImageURL, &url); err != nil {
+				if err := json.Unmarshal(iu, &url); err != nil {
 					return nil, fmt.Errorf("input_image.image_url must be a string: %v", err)
 				}
 				conv, _ := json.Marshal(map[string]any{"type": "image_url", "image_url": map[string]string{"url": url}})
@@ -132,6 +146,18 @@ func multimodalParts(path string, f fields) ([]json.RawMessage, error) {
 		}
 	}
 	return out, nil
+}
+
+var mmTypes = [][]byte{[]byte(`"image_url"`), []byte(`"input_image"`), []byte(`"video_url"`), []byte(`"input_audio"`), []byte(`"audio_url"`)}
+
+// hasMMType is a cheap pre-check: no multimodal type name, no parts.
+func hasMMType(b []byte) bool {
+	for _, t := range mmTypes {
+		if bytes.Contains(b, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // encoderBody asks an encoder to encode one item (protocols.md §3.4).

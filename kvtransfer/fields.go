@@ -193,3 +193,34 @@ func skipValue(b []byte, i int) (int, error) {
 		return j, nil
 	}
 }
+
+// splitArray splits a JSON array into its elements, verbatim.
+func splitArray(b []byte) ([]json.RawMessage, error) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, fmt.Errorf("want a JSON array")
+	}
+	i = skipWS(b, i+1)
+	var out []json.RawMessage
+	if i < len(b) && b[i] == ']' {
+		return out, nil
+	}
+	for {
+		end, err := skipValue(b, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, json.RawMessage(b[i:end]))
+		i = skipWS(b, end)
+		if i >= len(b) {
+			return nil, fmt.Errorf("unterminated array")
+		}
+		if b[i] == ']' {
+			return out, nil
+		}
+		if b[i] != ',' {
+			return nil, fmt.Errorf("want ',' or ']' at offset %d", i)
+		}
+		i = skipWS(b, i+1)
+	}
+}

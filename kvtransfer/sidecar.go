@@ -254,7 +254,11 @@ func (s *Sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes))
+	// Receiving the client's body is not sidecar work (the decoder would
+	// wait for it just the same): it counts as waiting.
+	t0 := time.Now()
+	raw, err := readBody(http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes), r.ContentLength, s.o.MaxBodyBytes)
+	wc.since(t0)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -415,6 +419,16 @@ func (s *Sidecar) encodeOne(ctx context.Context, addr string, hdr http.Header, b
 		return nil, fmt.Errorf("encoder response has no ec_transfer_params")
 	}
 	return lr.EC, nil
+}
+
+// readBody reads a request body into one buffer sized from Content-Length.
+func readBody(r io.Reader, length, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if length > 0 && length <= limit {
+		buf.Grow(int(length) + 1)
+	}
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 func truncate(b []byte) string {
