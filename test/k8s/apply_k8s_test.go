@@ -79,6 +79,13 @@ func TestGuidesApply(t *testing.T) {
 			r := startSource(t, kubernetes.Config{Namespace: ns, PoolName: "spillway-pool", RestConfig: &cfg})
 			role := tmpl.Labels["llm-d.ai/role"]
 			r.waitFor(t, "guide pool discovered with the picker's RBAC", "model-0=127.0.6.1:8000 "+role)
+			if sa := tmpl.Spec.ServiceAccountName; sa != "" {
+				// The decode sidecar follows the same pool for its allow-list.
+				cfg := *restCfg
+				cfg.Impersonate.UserName = "system:serviceaccount:" + ns + ":" + sa
+				r := startSource(t, kubernetes.Config{Namespace: ns, PoolName: "spillway-pool", RestConfig: &cfg})
+				r.waitFor(t, "guide pool discovered with the sidecar's RBAC", "model-0=127.0.6.1:8000 "+role)
+			}
 		})
 	}
 	t.Run("leader-election", func(t *testing.T) {

@@ -188,7 +188,10 @@ func TestGuideManifests(t *testing.T) {
 				servePort := vllm.Ports[0].ContainerPort
 				if role == "decode" {
 					sc := container(t, d, "sidecar")
-					assert.Equal(t, []string{"sidecar", "--port", "8000", "--decoder", "http://127.0.0.1:8200"}, sc.Args)
+					assert.Equal(t, []string{"sidecar", "--port", "8000", "--decoder", "http://127.0.0.1:8200"}, sc.Args[:5])
+					v, _ := flagValue(sc.Args, "--pool-name")
+					assert.Equal(t, pool.Name, v, "the sidecar's allow-list follows the pool")
+					assert.Equal(t, "spillway-sidecar", d.Spec.Template.Spec.ServiceAccountName)
 					assert.Equal(t, "spillway:latest", sc.Image)
 					assert.Equal(t, int32(8200), servePort, "vLLM listens behind the sidecar")
 					servePort = sc.Ports[0].ContainerPort
@@ -215,10 +218,25 @@ func TestGuideManifests(t *testing.T) {
 				}
 			}
 			assert.Empty(t, find[*rbacv1.ClusterRole](objs))
-			rbs := find[*rbacv1.RoleBinding](objs)
-			require.Len(t, rbs, 1)
-			assert.Equal(t, picker.Spec.Template.Spec.ServiceAccountName, rbs[0].Subjects[0].Name)
-			assert.Equal(t, "spillway", rbs[0].Subjects[0].Namespace)
+			assert.Empty(t, find[*rbacv1.ClusterRoleBinding](objs))
+			accounts := map[string]bool{}
+			for _, sa := range find[*corev1.ServiceAccount](objs) {
+				accounts[sa.Name] = true
+			}
+			bound := map[string]bool{}
+			for _, rb := range find[*rbacv1.RoleBinding](objs) {
+				require.Len(t, rb.Subjects, 1)
+				assert.Equal(t, "Role", rb.RoleRef.Kind)
+				assert.True(t, accounts[rb.Subjects[0].Name], "%s binds an account the guide creates", rb.Name)
+				assert.Equal(t, "spillway", rb.Subjects[0].Namespace)
+				bound[rb.Subjects[0].Name] = true
+			}
+			for _, d := range find[*appsv1.Deployment](objs) {
+				if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "" {
+					assert.True(t, bound[sa], "%s runs as %s, which is bound to the Role", d.Name, sa)
+				}
+			}
+			assert.True(t, bound[picker.Spec.Template.Spec.ServiceAccountName])
 		})
 	}
 }
@@ -257,7 +275,7 @@ func TestLeaderElectionComponent(t *testing.T) {
 		}
 	}
 	assert.True(t, leaseRule, "the component grants the Lease")
-	assert.Len(t, find[*rbacv1.RoleBinding](typed), 2)
+	assert.Len(t, find[*rbacv1.RoleBinding](typed), 3, "picker, sidecar and the Lease binding")
 }
 
 // writeKustomization writes the overlay docs/kubernetes.md shows for HA: a
@@ -322,6 +340,39 @@ func TestGuideConfigsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestManifestFlagsExist runs `spillway <command> --help` for every
+// container of the spillway image and checks that each flag its args pass
+// is one the binary accepts, so a manifest cannot drift from the CLI.
+func TestManifestFlagsExist(t *testing.T) {
+	bin := spillwayBin(t)
+	help := map[string]string{}
+	missing := map[string]bool{}
+	flagRe := regexp.MustCompile(`^--[a-z0-9-]+`)
+	for guide := range guides {
+		for _, d := range find[*appsv1.Deployment](buildGuide(t, guide)) {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if !strings.HasPrefix(c.Image, "spillway:") {
+					continue
+				}
+				sub := c.Args[0]
+				if _, ok := help[sub]; !ok {
+					out, err := exec.Command(bin, sub, "--help").CombinedOutput()
+					require.NoError(t, err, "spillway %s --help: %s", sub, out)
+					help[sub] = string(out)
+				}
+				for _, a := range c.Args[1:] {
+					if f := flagRe.FindString(a); f != "" && !missing[sub+" "+f] && !strings.Contains(help[sub], f+" ") {
+						missing[sub+" "+f] = true
+						t.Errorf("%s/%s passes %s, which `spillway %s --help` does not list", guide, d.Name, f, sub)
+					}
+				}
+			}
+		}
+	}
+	assert.Contains(t, help, "serve")
+	assert.Contains(t, help, "sidecar")
 }
 
 // spillwayMetrics are the metric families the dashboard may use.
