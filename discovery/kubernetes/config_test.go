@@ -87,6 +87,13 @@ func TestFlags(t *testing.T) {
 	_, err := NewPoolSource(c)
 	require.NoError(t, err, "the flag defaults are a valid leader-election config")
 
+	fs3 := pflag.NewFlagSet("z", pflag.ContinueOnError)
+	var h Flags
+	h.AddDiscoveryTo(fs3)
+	assert.Nil(t, fs3.Lookup("leader-elect"), "a sidecar gets no leader-election flags")
+	require.NoError(t, fs3.Parse([]string{"--pool-name", "p", "--pool-namespace", "ns"}))
+	assert.Equal(t, Config{Namespace: "ns", PoolName: "p"}, h.Config())
+
 	fs2 := pflag.NewFlagSet("y", pflag.ContinueOnError)
 	var g Flags
 	g.AddTo(fs2)

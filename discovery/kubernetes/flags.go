@@ -31,13 +31,26 @@ func DefaultNamespace() string {
 	return "default"
 }
 
-// AddTo registers the flags on fs.
+// AddTo registers all the flags on fs: discovery and leader election (for
+// the picker).
 func (f *Flags) AddTo(fs *pflag.FlagSet) {
+	f.AddDiscoveryTo(fs)
+	f.AddLeaderElectionTo(fs)
+}
+
+// AddDiscoveryTo registers only what selects the endpoints (pool or
+// selector, namespace, kubeconfig), for commands that follow a pool without
+// being its picker, such as the decode sidecar's allow-list.
+func (f *Flags) AddDiscoveryTo(fs *pflag.FlagSet) {
 	fs.StringVar(&f.PoolName, "pool-name", "", "InferencePool (inference.networking.k8s.io/v1) whose selected pods are the endpoints: one per ready pod per spec.targetPorts entry, role from the llm-d.ai/role pod label")
 	fs.StringVar(&f.PoolNamespace, "pool-namespace", DefaultNamespace(), "namespace of the InferencePool (or of the --endpoint-selector pods); the only namespace watched (default $POD_NAMESPACE or \"default\")")
 	fs.StringVar(&f.EndpointSelector, "endpoint-selector", "", "standalone mode without the InferencePool CRD: label selector of the model-server pods (kubectl syntax, e.g. \"app=vllm\"); needs --endpoint-target-ports")
 	fs.Int32SliceVar(&f.TargetPorts, "endpoint-target-ports", nil, "standalone mode: model-server port(s) of each selected pod, comma-separated (e.g. 8000 or 8000,8001)")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file for Kubernetes discovery (default: in-cluster service account, $KUBECONFIG or ~/.kube/config)")
+}
+
+// AddLeaderElectionTo registers the leader-election flags.
+func (f *Flags) AddLeaderElectionTo(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.LeaderElect, "leader-elect", false, "active-passive replicas: only the holder of a Lease in the pool namespace delivers endpoints and reports ready; losing it exits the process")
 	fs.StringVar(&f.LeaderElectionID, "leader-election-id", "", "name of the leader-election Lease (default \"spillway-<pool-name>\")")
 	fs.DurationVar(&f.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "how long followers wait before taking over a Lease that is not renewed")
