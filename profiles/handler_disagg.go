@@ -336,6 +336,24 @@ func (d *DisaggProfileHandler) prefillStage(ctx context.Context, req *Request, r
 		}
 		return false, ReasonError
 	}
+	// A pod in both pools (role both, prefill-decode) may be picked by
+	// both profiles: prefilling "remotely" on the decode pod itself only
+	// adds a KV round trip, so take the next prefill candidate, or none.
+	if decode != nil && pr.Target() == decode {
+		rest := make([]*Endpoint, 0, len(pr.Targets))
+		for _, t := range pr.Targets {
+			if t != decode {
+				rest = append(rest, t)
+			}
+		}
+		if len(rest) == 0 {
+			if req.Debug() {
+				req.Annotate(name, d.TypedName().Name, "prefill pick is the decode endpoint itself; decoding with local prefill")
+			}
+			return false, ReasonNoPrefillEndpoint
+		}
+		pr = &ProfileResult{Profile: pr.Profile, Targets: rest, Candidates: pr.Candidates}
+	}
 	res.Profiles[name] = pr
 	res.Headers[HeaderPrefillerHostPort] = pr.Target().Address
 	return true, ""

@@ -554,3 +554,16 @@ func TestDisaggregationDocExampleLoads(t *testing.T) {
 		t.Error("no complete config in docs/disaggregation.md")
 	}
 }
+
+// A pod in both pools is never its own remote prefiller.
+func TestDisaggNoSelfPrefill(t *testing.T) {
+	eps := profiles.EndpointList{profiles.NewEndpoint(0, "both-0", "10.0.0.1:8000", map[string]string{profiles.RoleLabel: profiles.RoleBoth})}
+	s, _ := loadDisagg(t, pdConfig(), eps)
+	res, err := s.Schedule(context.Background(), chat(t, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decision != profiles.DecisionDecodeOnly || res.Reason != profiles.ReasonNoPrefillEndpoint || res.Headers[profiles.HeaderPrefillerHostPort] != "" {
+		t.Errorf("single both-role pod: %s/%s headers %v", res.Decision, res.Reason, res.Headers)
+	}
+}
