@@ -22,6 +22,19 @@ type Allowlist struct {
 	dynamic map[string]bool
 }
 
+// Allower decides which addresses the sidecar may dial. *Allowlist is the
+// usual one; AllowFunc adapts any other source (e.g. a discovery.Store's
+// ByAddress lookup).
+type Allower interface {
+	Allowed(hostport string) bool
+}
+
+// AllowFunc adapts a function to Allower.
+type AllowFunc func(hostport string) bool
+
+// Allowed implements Allower.
+func (f AllowFunc) Allowed(hostport string) bool { return f(hostport) }
+
 // ErrForbiddenHost is returned for an address outside the allow-list.
 var ErrForbiddenHost = errors.New("address is not in the sidecar's allow-list")
 

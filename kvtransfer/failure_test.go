@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -370,5 +371,24 @@ func TestAllowlist(t *testing.T) {
 	}
 	if _, err := NewAllowlist("no-port"); err == nil {
 		t.Error("entry without a port accepted")
+	}
+}
+
+func TestSidecarAllowFunc(t *testing.T) {
+	pre := newFake(t, okPrefill)
+	dec := newFake(t, okDecode)
+	sc, err := New(Options{Decoder: dec.srv.URL, Allow: AllowFunc(func(a string) bool { return a == pre.addr() })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(sc)
+	defer front.Close()
+	defer sc.Close()
+	r := &rig{front: front}
+	if resp, _ := r.send(t, context.Background(), PathChatCompletions, chatBody, map[string]string{HeaderPrefiller: pre.addr()}); resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != PrefillRemote {
+		t.Errorf("allowed: %d %s", resp.StatusCode, resp.Header.Get(HeaderPrefill))
+	}
+	if resp, _ := r.send(t, context.Background(), PathChatCompletions, chatBody, map[string]string{HeaderPrefiller: "169.254.169.254:80"}); resp.StatusCode != 403 {
+		t.Errorf("refused: %d", resp.StatusCode)
 	}
 }

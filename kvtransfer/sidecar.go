@@ -28,7 +28,7 @@ type Options struct {
 	Decoder string
 	// Allow is the SSRF allow-list for prefill and encoder addresses
 	// (required; the decoder's own address is always allowed).
-	Allow *Allowlist
+	Allow Allower
 	// PrefillTimeout bounds the prefill leg, retries included (default 60s).
 	// When it expires the decoder prefills locally.
 	PrefillTimeout time.Duration
