@@ -384,9 +384,11 @@ func (f *fakeMatcher) MatchOf(*profiles.Request, *profiles.Endpoint) (int, int, 
 }
 
 func TestPrefixBasedDeciderFakeMatcher(t *testing.T) {
-	profiles.Register("fake-prefix-matcher-for-test", func(name string, _ json.RawMessage, _ profiles.Handle) (profiles.Plugin, error) {
-		return &fakeMatcher{Named: profiles.NewNamed("fake-prefix-matcher-for-test", name), cached: 1200}, nil
-	})
+	if !registered("fake-prefix-matcher-for-test") { // -count > 1 reruns the test
+		profiles.Register("fake-prefix-matcher-for-test", func(name string, _ json.RawMessage, _ profiles.Handle) (profiles.Plugin, error) {
+			return &fakeMatcher{Named: profiles.NewNamed("fake-prefix-matcher-for-test", name), cached: 1200}, nil
+		})
+	}
 	cfg := strings.Replace(pdConfig(), "- type: max-score-picker\n", "- type: max-score-picker\n- type: fake-prefix-matcher-for-test\n  name: pm\n", 1)
 	cfg = strings.Replace(cfg, "promptTokens: 512}", "promptTokens: 512, prefixPluginName: pm}", 1)
 	s, reg := loadDisagg(t, cfg, pool(map[string]int{profiles.RoleDecode: 1, profiles.RolePrefill: 1}))
