@@ -52,7 +52,9 @@ type FallbackError struct {
 	Err    error
 }
 
-func (e *FallbackError) Error() string { return "model-server tokenize: " + e.Reason + ": " + e.Err.Error() }
+func (e *FallbackError) Error() string {
+	return "model-server tokenize: " + e.Reason + ": " + e.Err.Error()
+}
 func (e *FallbackError) Unwrap() error { return e.Err }
 
 // modelServerCounter asks the engine: vLLM's POST /tokenize with

@@ -203,6 +203,9 @@ func (p *Params) imageModel(model, family string, minP, maxP int, pins [][2]int)
 	if minP < 0 || maxP < 0 {
 		return img, fmt.Errorf("minPixels and maxPixels must not be negative")
 	}
+	if minP > 0 && maxP > 0 && maxP < minP {
+		return img, fmt.Errorf("maxPixels %d < minPixels %d", maxP, minP)
+	}
 	if img.Factor > 0 {
 		if minP > 0 {
 			img.MinPixels = minP

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spillway-llm/spillway/profiles"
 )
 
@@ -32,7 +34,11 @@ func newPlugin(name string, raw json.RawMessage, h profiles.Handle) (profiles.Pl
 	if err := profiles.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	c, err := New(p, h.Registerer())
+	var reg prometheus.Registerer
+	if h != nil {
+		reg = h.Registerer()
+	}
+	c, err := New(p, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -90,3 +96,10 @@ func (p *Producer) Describe() []string {
 		pp.Estimate.Image.DefaultResolution.Width, pp.Estimate.Image.DefaultResolution.Height, pp.OnImageError, pp.RemoteFetch.Enabled, pp.CalibrateFromUsage))
 	return out
 }
+
+// Order implements profiles.ProducerOrder: counts come first, the prefix
+// and load producers consume them.
+func (p *Producer) Order() int { return 10 }
+
+// Params implements profiles.Parameterized for `spillway validate`.
+func (p *Producer) Params() any { return p.c.p }
