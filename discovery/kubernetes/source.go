@@ -183,6 +183,9 @@ func (s *Source) Run(ctx context.Context, sink discovery.Sink) error {
 		select {
 		case err := <-cacheDone:
 			cacheDone <- err // for the deferred wait
+			if err == nil {
+				return errors.New("kubernetes discovery: cache stopped before syncing")
+			}
 			return fmt.Errorf("kubernetes discovery: cache stopped before syncing: %w", err)
 		default:
 			return errors.New("kubernetes discovery: cache stopped before syncing")
