@@ -7,4 +7,5 @@ import (
 	_ "github.com/spillway-llm/spillway/encode"
 	_ "github.com/spillway-llm/spillway/prefill"
 	_ "github.com/spillway-llm/spillway/profiles"
+	_ "github.com/spillway-llm/spillway/tokenproducer"
 )
