@@ -26,6 +26,12 @@ type Entry struct {
 	// calibrate keeps them when it replaces a row.
 	PrefillCostPerToken *float64 `json:"prefillCostPerToken,omitempty"`
 	DecodeCost          *float64 `json:"decodeCost,omitempty"`
+	// Per-token costs measured by MeasureDecode (read by costmodel's
+	// marginal-cost-scorer and latency-predictor): seconds per prefilled
+	// token and the decode step fit step(b) = base + perSeq × b.
+	PrefillSecondsPerToken  *float64 `json:"prefillSecondsPerToken,omitempty"`
+	DecodeStepBaseSeconds   *float64 `json:"decodeStepBaseSeconds,omitempty"`
+	DecodeStepPerSeqSeconds *float64 `json:"decodeStepPerSeqSeconds,omitempty"`
 }
 
 // Matrix is deploy/calibration/matrix.yaml.
@@ -49,6 +55,12 @@ func (e Entry) Validate() error {
 		return fmt.Errorf("chunkSize must be ≥ 1, got %d", e.ChunkSize)
 	case !(e.PeakPrefillThroughput > 0):
 		return fmt.Errorf("peakPrefillThroughput must be > 0, got %g", e.PeakPrefillThroughput)
+	case e.PrefillSecondsPerToken != nil && !(*e.PrefillSecondsPerToken > 0):
+		return fmt.Errorf("prefillSecondsPerToken must be > 0, got %g", *e.PrefillSecondsPerToken)
+	case e.DecodeStepBaseSeconds != nil && !(*e.DecodeStepBaseSeconds > 0):
+		return fmt.Errorf("decodeStepBaseSeconds must be > 0, got %g", *e.DecodeStepBaseSeconds)
+	case e.DecodeStepPerSeqSeconds != nil && !(*e.DecodeStepPerSeqSeconds >= 0):
+		return fmt.Errorf("decodeStepPerSeqSeconds must be ≥ 0, got %g", *e.DecodeStepPerSeqSeconds)
 	}
 	return nil
 }
@@ -76,7 +88,7 @@ func ParseMatrix(name string, b []byte) (*Matrix, error) {
 	dec.DisallowUnknownFields()
 	if string(bytes.TrimSpace(js)) != "null" {
 		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("%s: %v (format: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?}])", name, err)
+			return nil, fmt.Errorf("%s: %v (format: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?, prefillSecondsPerToken?, decodeStepBaseSeconds?, decodeStepPerSeqSeconds?}])", name, err)
 		}
 	}
 	seen := map[string]bool{}
@@ -103,8 +115,16 @@ func (m *Matrix) Merge(e Entry) (bool, error) {
 			if e.PrefillCostPerToken == nil {
 				e.PrefillCostPerToken = m.Entries[i].PrefillCostPerToken
 			}
-			if e.DecodeCost == nil {
-				e.DecodeCost = m.Entries[i].DecodeCost
+			old := m.Entries[i]
+			for _, f := range []struct{ dst, src **float64 }{
+				{&e.DecodeCost, &old.DecodeCost},
+				{&e.PrefillSecondsPerToken, &old.PrefillSecondsPerToken},
+				{&e.DecodeStepBaseSeconds, &old.DecodeStepBaseSeconds},
+				{&e.DecodeStepPerSeqSeconds, &old.DecodeStepPerSeqSeconds},
+			} {
+				if *f.dst == nil {
+					*f.dst = *f.src
+				}
 			}
 			m.Entries[i] = e
 			return true, nil
@@ -126,7 +146,9 @@ func (m *Matrix) Lookup(model, accelerator, engine string, tp, chunk int) (Entry
 }
 
 const matrixHeader = `# peakPrefillThroughput (tokens/s) per serving path, read by
-# prefix-cache-affinity-filter (calibrationMatrix + fingerprint). Written by
+# prefix-cache-affinity-filter (calibrationMatrix + fingerprint); optional
+# prefillSecondsPerToken / decodeStepBaseSeconds / decodeStepPerSeqSeconds
+# (written by --decode) are read by marginal-cost-scorer and latency-predictor. Written by
 # ` + "`spillway calibrate --write-matrix`" + `; peakPrefillThroughput = chunkSize / median TTFT
 # of cache-missing prompts of exactly chunkSize tokens, after warm-up.
 # Re-measure after changing the model, accelerator, engine, TP, chunk size

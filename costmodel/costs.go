@@ -11,16 +11,22 @@ import (
 type Costs struct {
 	// PrefillSecondsPerToken is 1 / peakPrefillThroughput.
 	PrefillSecondsPerToken float64 `json:"prefillSecondsPerToken"`
-	// DecodeStepBaseSeconds is one decode step's time at batch size 1.
+	// DecodeStepBaseSeconds is a decode step's fixed part (the intercept
+	// of step(b) = base + perSeq × b: weights streamed once per step).
 	DecodeStepBaseSeconds float64 `json:"decodeStepBaseSeconds"`
 	// DecodeStepPerSeqSeconds is what each further running sequence adds to
 	// a step.
 	DecodeStepPerSeqSeconds float64 `json:"decodeStepPerSeqSeconds"`
 }
 
-// DefaultCosts match the simulator's qwen3-32b-h100 profile (20,480 prefill
-// tok/s; tens of ms per step at tens of streams).
-var DefaultCosts = Costs{PrefillSecondsPerToken: 1.0 / 20480, DecodeStepBaseSeconds: 0.018, DecodeStepPerSeqSeconds: 0.0004}
+// DefaultCosts match the simulator's default profile, qwen3-32b-h100
+// (docs/sim.md): prefill at its peak B / T(B) = 8192 / 0.400 s = 20,480
+// tok/s; a decode-only step is StepBase + d × (DecodePerSeq +
+// DecodePerCtxToken × ctx) = 12 ms + d × (200 µs + 40 ns × ctx), i.e.
+// base 12 ms and 240 µs per sequence at the ~1k-token contexts the step is
+// quoted at (TPOT 12.2 / 19.6 / 26.9 ms at 1 / 32 / 64 streams). Longer
+// contexts cost more per sequence (4k: 360 µs); calibrate on the real path.
+var DefaultCosts = Costs{PrefillSecondsPerToken: 1.0 / 20480, DecodeStepBaseSeconds: 0.012, DecodeStepPerSeqSeconds: 0.00024}
 
 // Validate checks the costs are usable.
 func (c Costs) Validate() error {

@@ -44,7 +44,11 @@ type LatencyPredictor struct {
 }
 
 type latencyParams struct {
+	// Costs are the prior until enough samples arrive; CalibrationMatrix +
+	// Fingerprint take them from a calibration matrix row instead.
 	Costs
+	CalibrationRef
+	CostSource string  `json:"costSource,omitempty"`
 	Window     int     `json:"window"`
 	RefitEvery int     `json:"refitEvery"`
 	MinSamples int     `json:"minSamples"`
@@ -90,9 +94,14 @@ func newLatencyPredictor(name string, raw json.RawMessage, h profiles.Handle) (p
 	if err := profiles.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	if err := p.Costs.Validate(); err != nil {
+	if p.CostSource != "" {
+		return nil, fmt.Errorf("costSource is reported, not set")
+	}
+	c, src, err := p.CalibrationRef.resolveCosts(h.ConfigDir(), p.Costs, raw)
+	if err != nil {
 		return nil, err
 	}
+	p.Costs, p.CostSource = c, src
 	if p.Window < 8 || p.RefitEvery < 1 || p.MinSamples < 6 || p.MinSamples > p.Window {
 		return nil, fmt.Errorf("need window ≥ 8, refitEvery ≥ 1, 6 ≤ minSamples ≤ window (got %d, %d, %d)", p.Window, p.RefitEvery, p.MinSamples)
 	}

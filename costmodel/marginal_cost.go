@@ -40,6 +40,11 @@ type GuardParams struct {
 
 type marginalParams struct {
 	Costs
+	// CalibrationMatrix + Fingerprint take the costs from a calibration
+	// matrix row instead (see CalibrationRef).
+	CalibrationRef
+	// CostSource records where the costs came from (for explanations).
+	CostSource string `json:"costSource,omitempty"`
 	// IncludePrefill prices the prompt's prefill on the candidate (set for
 	// a prefill or colocated pool; a pure decode pool receives the KV).
 	IncludePrefill bool `json:"includePrefill"`
@@ -104,14 +109,22 @@ func newMarginalCostScorer(name string, raw json.RawMessage, h profiles.Handle) 
 		KVWeight:            1,
 		KVHighWater:         0.8,
 		SLOMultipliers:      map[string]float64{"tight": 2, "interactive": 2},
-		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 3, LoadThreshold: 0, MaxImbalance: 2},
+		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 3, LoadThreshold: 0, MaxImbalance: 1},
 		RequestTTL:          profiles.Duration(10 * time.Minute),
 	}
 	if err := profiles.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	if err := p.Costs.Validate(); err != nil {
+	if p.CostSource != "" {
+		return nil, fmt.Errorf("costSource is reported, not set")
+	}
+	c, src, err := p.CalibrationRef.resolveCosts(h.ConfigDir(), p.Costs, raw)
+	if err != nil {
 		return nil, err
+	}
+	p.Costs, p.CostSource = c, src
+	if p.Guard.MaxImbalance < 0 || p.Guard.MinPoolWidth < 0 || p.Guard.LoadThreshold < 0 {
+		return nil, fmt.Errorf("guard: minPoolWidth, loadThreshold and maxImbalance must be ≥ 0")
 	}
 	switch p.Guard.Mode {
 	case "auto", "p2c", "admission", "off":

@@ -22,6 +22,13 @@ type MatrixEntry struct {
 	PeakPrefillThroughput float64  `json:"peakPrefillThroughput"`
 	PrefillCostPerToken   *float64 `json:"prefillCostPerToken,omitempty"`
 	DecodeCost            *float64 `json:"decodeCost,omitempty"`
+	// Calibrated per-token costs of the marginal-cost scorer and the latency
+	// predictor (costmodel), written by `spillway calibrate --decode`:
+	// seconds per prefilled token, and a decode step's time as
+	// decodeStepBaseSeconds + decodeStepPerSeqSeconds × batch size.
+	PrefillSecondsPerToken  *float64 `json:"prefillSecondsPerToken,omitempty"`
+	DecodeStepBaseSeconds   *float64 `json:"decodeStepBaseSeconds,omitempty"`
+	DecodeStepPerSeqSeconds *float64 `json:"decodeStepPerSeqSeconds,omitempty"`
 }
 
 // Fingerprint selects a matrix row; strings match case-insensitively.
@@ -53,7 +60,7 @@ func ParseMatrix(name string, data []byte) (*Matrix, error) {
 		dec := json.NewDecoder(bytes.NewReader(js))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("%s: %v (schema: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?}])", name, err)
+			return nil, fmt.Errorf("%s: %v (schema: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?, prefillSecondsPerToken?, decodeStepBaseSeconds?, decodeStepPerSeqSeconds?}])", name, err)
 		}
 	}
 	seen := map[Fingerprint]int{}
