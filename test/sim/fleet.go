@@ -108,7 +108,9 @@ func (f *Fleet) EndpointsYAML() string {
 	for _, e := range f.Endpoints {
 		fmt.Fprintf(&b, "- name: %s\n  address: %s\n  labels:\n    llm-d.ai/role: %s\n", e.Name, e.Address, e.Role)
 		if e.KVEventsAddr() != "" {
-			fmt.Fprintf(&b, "    spillway.dev/kv-events: tcp://%s\n    spillway.dev/kv-replay: tcp://%s\n", e.KVEventsAddr(), e.KVReplayAddr())
+			// The label names prefill's precise-prefix-cache-producer reads
+			// (prefill.KVEventsEndpointLabel, KVReplayEndpointLabel).
+			fmt.Fprintf(&b, "    spillway.io/kv-events-endpoint: tcp://%s\n    spillway.io/kv-replay-endpoint: tcp://%s\n", e.KVEventsAddr(), e.KVReplayAddr())
 		}
 	}
 	return b.String()
