@@ -21,8 +21,11 @@ type RunOptions struct {
 	MetricsListen string   // "" = no metrics listener
 	Allow         []string // static allow-list entries, host:port
 	AllowFile     string   // an endpoints file (the picker's format), re-read on change
-	Sidecar       Options  // Decoder, timeouts, retries; Allow and Registerer are filled in
-	Logger        *slog.Logger
+	// AllowSource, when set, feeds the allow-list from the same endpoint
+	// source the picker uses (e.g. the Kubernetes InferencePool).
+	AllowSource discovery.Source
+	Sidecar     Options // Decoder, timeouts, retries; Allow and Registerer are filled in
+	Logger      *slog.Logger
 	// OnListen, when set, is told the sidecar's bound address (tests listen
 	// on port 0).
 	OnListen func(net.Addr)
@@ -55,7 +58,14 @@ func Run(ctx context.Context, o RunOptions) error {
 			}
 		}()
 	}
-	if al.Len() == 0 {
+	if o.AllowSource != nil {
+		go func() {
+			if err := o.AllowSource.Run(ctx, al); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("allow-list source: %w", err)
+			}
+		}()
+	}
+	if al.Len() == 0 && o.AllowSource == nil {
 		log.Warn("sidecar: the allow-list is empty; every request naming a prefiller or encoder will be refused (set --allow or --allow-file)")
 	}
 	reg := prometheus.NewRegistry()

@@ -20,7 +20,7 @@ func newGatewayCmd() *cobra.Command {
 	var listen string
 	var dialTimeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "gateway --endpoints FILE [--listen :8080] [--config FILE]",
+		Use:   "gateway (--endpoints FILE | --pool-name NAME [--pool-namespace NS]) [--listen :8080] [--config FILE]",
 		Short: "Run the picker with its own OpenAI-compatible HTTP gateway (no Envoy needed)",
 		Long: `gateway runs the same scheduling pipeline as "serve" inside an HTTP reverse
 proxy: clients send OpenAI requests (/v1/chat/completions, /v1/completions,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-llm/spillway/director"
 	"github.com/spillway-llm/spillway/discovery"
+	"github.com/spillway-llm/spillway/discovery/kubernetes"
 	"github.com/spillway-llm/spillway/extproc"
 )
 
@@ -30,6 +31,7 @@ type pickerFlags struct {
 	refreshInterval time.Duration
 	scrapeTimeout   time.Duration
 	bindAddress     string
+	k8s             kubernetes.Flags
 }
 
 func (f *pickerFlags) add(cmd *cobra.Command) {
@@ -39,6 +41,7 @@ func (f *pickerFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&f.metricsPort, "metrics-port", 9090, "port for /metrics, /healthz and /readyz (0 disables)")
 	fl.DurationVar(&f.refreshInterval, "refresh-metrics-interval", 50*time.Millisecond, "how often each endpoint's /metrics is scraped")
 	fl.StringVar(&f.bindAddress, "bind-address", "", "IP address the picker's ports listen on (empty: all interfaces)")
+	f.k8s.AddTo(fl)
 	fl.DurationVar(&f.scrapeTimeout, "scrape-timeout", 0, "timeout of one engine-metrics scrape (0: the staleness bound, max(10×interval, 500ms))")
 }
 
@@ -49,8 +52,14 @@ func (f *pickerFlags) hostPort(port int) string {
 // endpointSource builds the discovery source from the flags. It is the
 // seam where further sources (Kubernetes InferencePool) plug in.
 func endpointSource(f *pickerFlags) (discovery.Source, error) {
+	if f.k8s.Enabled() {
+		if f.endpoints != "" {
+			return nil, errors.New("--endpoints and --pool-name/--endpoint-selector are exclusive: pick one endpoint source")
+		}
+		return kubernetes.NewPoolSource(f.k8s.Config())
+	}
 	if f.endpoints == "" {
-		return nil, errors.New("no endpoint source: give --endpoints FILE")
+		return nil, errors.New("no endpoint source: give --endpoints FILE, or --pool-name NAME (Kubernetes InferencePool), or --endpoint-selector with --endpoint-target-ports")
 	}
 	if _, err := discovery.LoadEndpointsFile(f.endpoints); err != nil {
 		return nil, err
@@ -95,7 +104,7 @@ func newServeCmd() *cobra.Command {
 	var grpcPort, healthPort int
 	var certPath, keyPath string
 	cmd := &cobra.Command{
-		Use:   "serve --endpoints FILE [--config FILE]",
+		Use:   "serve (--endpoints FILE | --pool-name NAME [--pool-namespace NS]) [--config FILE]",
 		Short: "Run the endpoint picker as an Envoy ext_proc server",
 		Long: `serve runs the endpoint picker behind Envoy (or any Gateway API Inference
 Extension gateway) over the ext_proc protocol. Envoy sends each request's

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spillway-llm/spillway/discovery/kubernetes"
 	"github.com/spillway-llm/spillway/kvtransfer"
 )
 
@@ -18,8 +19,9 @@ func init() { subcommands = append(subcommands, newSidecarCmd) }
 func newSidecarCmd() *cobra.Command {
 	var o kvtransfer.RunOptions
 	var port int
+	var kf kubernetes.Flags
 	cmd := &cobra.Command{
-		Use:   "sidecar --decoder http://127.0.0.1:8200 [--port 8000] (--allow HOST:PORT,... | --allow-file FILE)",
+		Use:   "sidecar --decoder http://127.0.0.1:8200 [--port 8000] (--allow HOST:PORT,... | --allow-file FILE | --pool-name NAME)",
 		Short: "Run the decode pod's KV-handoff sidecar (encode → prefill → decode with vLLM NixlConnector parameters)",
 		Long: `sidecar is the HTTP front of a decode pod. For POST /v1/chat/completions,
 /v1/completions and /v1/responses it reads the picker's routing headers:
@@ -45,7 +47,8 @@ x-spillway-prefill-done-ms (prefill leg duration) so the picker releases the
 prefill endpoint's load. Every other path is proxied to the decoder as is.
 
 SSRF guard: the sidecar dials only the decoder and addresses in --allow /
---allow-file (the picker's endpoints file, re-read when it changes). A
+--allow-file (the picker's endpoints file, re-read when it changes) or
+the pods of --pool-name (the same InferencePool the picker watches). A
 request naming any other address is answered 403 and logged. Client-sent
 kv_transfer_params / ec_transfer_params are dropped.`,
 		Example: `  spillway sidecar --port 8000 --decoder http://127.0.0.1:8200 \
@@ -57,6 +60,13 @@ kv_transfer_params / ec_transfer_params are dropped.`,
 				return fmt.Errorf("--port %d: want 1..65535", port)
 			}
 			o.Listen = fmt.Sprintf(":%d", port)
+			if kf.Enabled() {
+				src, err := kubernetes.NewPoolSource(kf.Config())
+				if err != nil {
+					return fmt.Errorf("allow-list from the pool: %w", err)
+				}
+				o.AllowSource = src
+			}
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -72,6 +82,7 @@ kv_transfer_params / ec_transfer_params are dropped.`,
 	f.DurationVar(&o.Sidecar.EncodeTimeout, "encode-timeout", 30*time.Second, "bound on the encoder legs; a late encoder is skipped")
 	f.IntVar(&o.Sidecar.Retries, "retries", 2, "prefill leg retries after 502/503/504 or a connection error (0 = none)")
 	f.DurationVar(&o.Sidecar.Backoff, "backoff", 50*time.Millisecond, "wait before the first prefill retry, doubled each retry, capped at 1s")
+	kf.AddDiscoveryTo(f)
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "address for /metrics (e.g. :9090); empty = off")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if o.Sidecar.Retries == 0 {
