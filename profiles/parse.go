@@ -174,8 +174,11 @@ func (r *Request) content(c *fastjson.Value, msg int) (string, error) {
 		switch typ {
 		case "text", "input_text", "output_text":
 			t := p.Get("text")
+			if t == nil {
+				return "", fmt.Errorf("part %d: text is required", j)
+			}
 			tb, err := t.StringBytes()
-			if t == nil || err != nil {
+			if err != nil {
 				return "", fmt.Errorf("part %d: text must be a string", j)
 			}
 			if b.Len() > 0 {
