@@ -148,6 +148,42 @@ func (c *Counter) Count(ctx context.Context, req *profiles.Request, eps []*profi
 	return out, raw, nil
 }
 
+// Sampled hashing: below sampleAll bytes the whole URL is hashed; above,
+// its length, head, tail and sampleWindows evenly spread windows.
+const (
+	sampleAll     = 64 << 10
+	sampleEdge    = 16 << 10
+	sampleWindows = 32
+	sampleWindow  = 512
+)
+
+// SampledItemHash hashes a large data URL from ~48 KiB of it: its length,
+// first and last 16 KiB and 32 windows of 512 bytes spread evenly. Two
+// different images of identical length that agree on every sampled byte
+// collide; the cost is a routing hint (encoder-cache affinity, prefix
+// match), never a wrong answer, since engines hash content themselves.
+func SampledItemHash(kind, url string) uint64 {
+	if len(url) <= sampleAll {
+		return ItemHash(kind, url)
+	}
+	d := xxhash.New()
+	_, _ = d.WriteString(kind)
+	var n [9]byte
+	n[0] = 1 // distinct from the full hash's NUL separator
+	for i := range 8 {
+		n[1+i] = byte(uint64(len(url)) >> (8 * i))
+	}
+	_, _ = d.Write(n[:])
+	_, _ = d.WriteString(url[:sampleEdge])
+	step := (len(url) - 2*sampleEdge - sampleWindow) / sampleWindows
+	for i := range sampleWindows {
+		o := sampleEdge + i*step
+		_, _ = d.WriteString(url[o : o+sampleWindow])
+	}
+	_, _ = d.WriteString(url[len(url)-sampleEdge:])
+	return d.Sum64()
+}
+
 // ItemHash is the content hash of a multimodal item: xxhash64 of its kind,
 // a NUL and its URL string (the whole data: URL, or the remote URL). Two
 // byte-identical data URLs hash alike; the same picture re-encoded does
@@ -161,7 +197,12 @@ func ItemHash(kind, url string) uint64 {
 }
 
 func (c *Counter) item(ctx context.Context, mc modelConf, it *profiles.MultimodalItem, nImage int) (profiles.ImageTokens, error) {
-	out := profiles.ImageTokens{Hash: ItemHash(it.Kind, it.URL)}
+	out := profiles.ImageTokens{}
+	if c.p.ImageHash == "sampled" {
+		out.Hash = SampledItemHash(it.Kind, it.URL)
+	} else {
+		out.Hash = ItemHash(it.Kind, it.URL)
+	}
 	def := c.p.Estimate.Image.DefaultResolution
 	switch it.Kind {
 	case profiles.KindAudio:

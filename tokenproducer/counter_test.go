@@ -182,3 +182,26 @@ func TestParamsStrict(t *testing.T) {
 		}
 	}
 }
+
+func TestSampledHash(t *testing.T) {
+	big := "data:image/png;base64," + strings.Repeat("A", 200000)
+	other := big[:100] + "B" + big[101:]
+	if SampledItemHash("image", big) == SampledItemHash("image", other) {
+		t.Fatal("a change in the head must change the sampled hash")
+	}
+	if SampledItemHash("image", big) == SampledItemHash("image", big+"AAAA") {
+		t.Fatal("a change in length must change the sampled hash")
+	}
+	if SampledItemHash("image", big) != SampledItemHash("image", big) || SampledItemHash("image", big) == ItemHash("image", big) {
+		t.Fatal("sampled hash must be stable and distinct from the full hash")
+	}
+	small := "data:image/png;base64,AAAA"
+	if SampledItemHash("image", small) != ItemHash("image", small) {
+		t.Fatal("small URLs are hashed whole")
+	}
+	c := newCounter(t, `{"imageHash":"sampled"}`, nil)
+	tc, _, err := c.Count(context.Background(), parse(t, chatBody(t, "Qwen/Qwen3-VL-8B", imageMsg("", pngDataURL(t, 50, 50)))), nil)
+	if err != nil || tc.Images[0].Hash == 0 {
+		t.Fatalf("%+v %v", tc, err)
+	}
+}

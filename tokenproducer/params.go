@@ -38,6 +38,9 @@ type Params struct {
 	VideoFrames int `json:"videoFrames,omitempty"`
 	// AudioTokens per audio item (default 750: 30 s at Whisper's 25 tokens/s).
 	AudioTokens int `json:"audioTokens,omitempty"`
+	// ImageHash: full (default; xxhash64 of the whole item URL, ~10 GB/s)
+	// or sampled (~48 KiB of a large data URL; see SampledItemHash).
+	ImageHash string `json:"imageHash,omitempty"`
 	// MaxImageHeaderBytes bounds the decoded bytes read per data URL (1 MiB).
 	MaxImageHeaderBytes int `json:"maxImageHeaderBytes,omitempty"`
 	// Models overrides settings per served model name.
@@ -95,6 +98,9 @@ func (p *Params) defaults() {
 	if p.Estimate.Image.StaticToken == 0 {
 		p.Estimate.Image.StaticToken = llava15Tokens
 	}
+	if p.ImageHash == "" {
+		p.ImageHash = "full"
+	}
 	if p.VideoFrames == 0 {
 		p.VideoFrames = 16
 	}
@@ -115,6 +121,9 @@ func (p *Params) validate() error {
 	case "reject", "default":
 	default:
 		return fmt.Errorf("onImageError %q: want reject or default", p.OnImageError)
+	}
+	if p.ImageHash != "full" && p.ImageHash != "sampled" {
+		return fmt.Errorf("imageHash %q: want full or sampled", p.ImageHash)
 	}
 	ie := p.Estimate.Image
 	if ie.Mode != "dynamic" && ie.Mode != "static" {

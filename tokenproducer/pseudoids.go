@@ -1,6 +1,8 @@
 package tokenproducer
 
 import (
+	"slices"
+
 	"github.com/spillway-llm/spillway/profiles"
 )
 
@@ -24,8 +26,16 @@ func (p *idPacker) write(s string) {
 		p.byte(s[i])
 		i++
 	}
-	for ; i+4 <= len(s); i += 4 {
-		p.out = append(p.out, uint32(s[i])|uint32(s[i+1])<<8|uint32(s[i+2])<<16|uint32(s[i+3])<<24)
+	if k := (len(s) - i) / 4; k > 0 {
+		n := len(p.out)
+		p.out = slices.Grow(p.out, k)[:n+k]
+		dst := p.out[n : n+k]
+		src := s[i : i+4*k]
+		for j := range dst {
+			c := src[4*j : 4*j+4]
+			dst[j] = uint32(c[0]) | uint32(c[1])<<8 | uint32(c[2])<<16 | uint32(c[3])<<24
+		}
+		i += 4 * k
 	}
 	for ; i < len(s); i++ {
 		p.byte(s[i])
