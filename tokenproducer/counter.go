@@ -223,7 +223,7 @@ func (c *Counter) item(ctx context.Context, mc modelConf, it *profiles.Multimoda
 		}
 		if c.p.OnImageError == "reject" {
 			c.m.imageErrors.WithLabelValues(kind, "reject").Inc()
-			return out, &profiles.StatusError{Code: 400, Message: fmt.Sprintf("%s: %v", itemWhere(it, nImage), err), Err: err}
+			return out, profiles.BadRequest("%s: %v", itemWhere(it, nImage), err)
 		}
 		c.m.imageErrors.WithLabelValues(kind, "default").Inc()
 		reason = "image_error"
@@ -238,7 +238,7 @@ func (c *Counter) item(ctx context.Context, mc modelConf, it *profiles.Multimoda
 	if err != nil {
 		if c.p.OnImageError == "reject" || out.Default {
 			c.m.imageErrors.WithLabelValues("formula", "reject").Inc()
-			return out, &profiles.StatusError{Code: 400, Message: fmt.Sprintf("%s: %v", itemWhere(it, nImage), err), Err: err}
+			return out, profiles.BadRequest("%s: %v", itemWhere(it, nImage), err)
 		}
 		c.m.imageErrors.WithLabelValues("formula", "default").Inc()
 		c.m.defaults.WithLabelValues("image_error").Inc()
