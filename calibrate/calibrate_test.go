@@ -116,8 +116,8 @@ func TestMatrixMergeAndShippedFile(t *testing.T) {
 	if e, err := pm.Lookup(prefill.Fingerprint{Model: "Qwen3-VL-32B", Accelerator: "H200", Engine: "vLLM", TP: 2, ChunkSize: 8192}); err != nil || e.PeakPrefillThroughput != 15751 {
 		t.Fatalf("prefill lookup: %+v %v", e, err)
 	}
-	if len(shipped.Entries) != 10 {
-		t.Fatalf("%d shipped rows, want 10", len(shipped.Entries))
+	if len(shipped.Entries) != 11 {
+		t.Fatalf("%d shipped rows, want 11", len(shipped.Entries))
 	}
 	p := filepath.Join(t.TempDir(), "sub", "matrix.yaml")
 	m, _ := ReadMatrix(p)

@@ -30,6 +30,10 @@ type Options struct {
 	Client  *http.Client
 	// Log receives one line per request (nil = quiet).
 	Log io.Writer
+	// TimeScale multiplies measured wall times back into the server's
+	// time: 1 (default) for real engines; s for a simulator run with
+	// --time-scale s.
+	TimeScale float64
 }
 
 // Measurement is the outcome.
@@ -79,6 +83,12 @@ func Measure(ctx context.Context, o Options) (*Measurement, error) {
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
+	if o.TimeScale == 0 {
+		o.TimeScale = 1
+	}
+	if !(o.TimeScale > 0) {
+		return nil, fmt.Errorf("calibrate: time scale must be > 0, got %g", o.TimeScale)
+	}
 	c := &client{o: o, base: strings.TrimRight(o.Endpoint, "/"), rng: rand.New(rand.NewPCG(o.Seed, 0x5eed))}
 	m := &Measurement{ChunkSize: o.ChunkSize, LengthSource: "unverified"}
 	// Words per token differ per tokenizer: learn the ratio from the first
@@ -93,6 +103,7 @@ func Measure(ctx context.Context, o Options) (*Measurement, error) {
 		if err != nil {
 			return nil, fmt.Errorf("calibrate: request %d: %w", i+1, err)
 		}
+		ttft = time.Duration(float64(ttft) * o.TimeScale)
 		if src == "unverified" && usage > 0 {
 			n, src = usage, "usage"
 		}

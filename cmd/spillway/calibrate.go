@@ -20,9 +20,11 @@ func newCalibrateCmd() *cobra.Command {
 	var matrix, accel, engine string
 	var tp int
 	var tmax []time.Duration
+	var decode bool
+	var do calibrate.DecodeOptions
 	cmd := &cobra.Command{
 		Use:   "calibrate",
-		Short: "Measure an endpoint's peakPrefillThroughput (the affinity filter's calibration)",
+		Short: "Measure an endpoint's peakPrefillThroughput and, with --decode, its decode step cost",
 		Long: `calibrate measures peakPrefillThroughput against any OpenAI-compatible server:
 it sends cache-missing random prompts of exactly --chunk-size tokens (set it to
 the engine's max-num-batched-tokens; the length is checked with the server's
@@ -37,10 +39,26 @@ ceilings T_max (maxTTFTPenaltyMs). Measure through the path requests take
 the value is merged into a configuration matrix file keyed by model,
 accelerator, engine, TP and chunk size (deploy/calibration/matrix.yaml ships
 the published values), which prefix-cache-affinity-filter can read instead of a
-literal number.`,
+literal number.
+
+With --decode it also measures the decode step time as a function of batch
+size: for each --batch-sizes B it starts B concurrent streams of
+--decode-prompt-tokens random prompt tokens and --decode-output-tokens output
+tokens, times the SSE chunks while all B streams are decoding, and fits
+
+  step(b) = decodeStepBaseSeconds + decodeStepPerSeqSeconds × b
+
+by least squares; prefillSecondsPerToken = 1 / peakPrefillThroughput. With
+--write-matrix the three costs are written into the row next to
+peakPrefillThroughput, where marginal-cost-scorer and latency-predictor read
+them (calibrationMatrix + fingerprint). Against a simulator started with
+--time-scale s pass the same --time-scale (keep s ≤ 2 with --decode: at
+higher speeds the client's SSE timing cannot keep up on a loaded machine).`,
 		Example: `  spillway calibrate --endpoint http://10.0.0.5:8000 --model Qwen/Qwen3-32B --chunk-size 8192
   spillway calibrate --endpoint http://127.0.0.1:8000 --model Qwen3-32B --chunk-size 8192 \
-      --write-matrix deploy/calibration/matrix.yaml --accelerator H100 --engine vLLM --tp 2`,
+      --write-matrix deploy/calibration/matrix.yaml --accelerator H100 --engine vLLM --tp 2
+  spillway calibrate --endpoint http://127.0.0.1:8000 --model Qwen3-32B --chunk-size 8192 --decode \
+      --batch-sizes 1,4,16,32 --write-matrix deploy/calibration/matrix.yaml --accelerator H100 --engine vLLM --tp 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Ctrl-C stops the run between events and closes what it started.
@@ -61,6 +79,16 @@ literal number.`,
 			fmt.Fprintf(out, "median TTFT of %d-token prompts: %v (%d samples)\n", m.ChunkSize, m.MedianTTFT.Round(time.Microsecond), len(m.TTFTs))
 			fmt.Fprintf(out, "peakPrefillThroughput: %.0f tokens/s\n\n", m.PeakPrefillThroughput)
 			fmt.Fprint(out, m.TauTable(tmax))
+			var dm *calibrate.DecodeMeasurement
+			if decode {
+				do.Options = o
+				dm, err = calibrate.MeasureDecode(ctx, do)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "\ndecode step fit over batch sizes %v (prompt %d, output %d tokens):\n", do.BatchSizes, dm.PromptTokens, dm.OutputTokens)
+				fmt.Fprintf(out, "  prefillSecondsPerToken:  %.4g\n  decodeStepBaseSeconds:   %.4g\n  decodeStepPerSeqSeconds: %.4g\n", 1/m.PeakPrefillThroughput, dm.Base, dm.PerSeq)
+			}
 			if matrix == "" {
 				return nil
 			}
@@ -68,7 +96,12 @@ literal number.`,
 			if err != nil {
 				return err
 			}
-			replaced, err := mx.Merge(calibrate.Entry{Model: o.Model, Accelerator: accel, Engine: engine, TP: tp, ChunkSize: o.ChunkSize, PeakPrefillThroughput: float64(int(m.PeakPrefillThroughput + 0.5))})
+			row := calibrate.Entry{Model: o.Model, Accelerator: accel, Engine: engine, TP: tp, ChunkSize: o.ChunkSize, PeakPrefillThroughput: float64(int(m.PeakPrefillThroughput + 0.5))}
+			if dm != nil {
+				pre, base, per := 1/m.PeakPrefillThroughput, dm.Base, dm.PerSeq
+				row.PrefillSecondsPerToken, row.DecodeStepBaseSeconds, row.DecodeStepPerSeqSeconds = &pre, &base, &per
+			}
+			replaced, err := mx.Merge(row)
 			if err != nil {
 				return err
 			}
@@ -97,5 +130,10 @@ literal number.`,
 	f.StringVar(&accel, "accelerator", "", "matrix key: accelerator (e.g. H100, TPU-v7x)")
 	f.StringVar(&engine, "engine", "", "matrix key: serving engine (e.g. vLLM, SGLang)")
 	f.IntVar(&tp, "tp", 0, "matrix key: tensor parallelism")
+	f.BoolVar(&decode, "decode", false, "also measure the decode step cost as a function of batch size (see above)")
+	f.IntSliceVar(&do.BatchSizes, "batch-sizes", []int{1, 4, 16, 32}, "with --decode: concurrent streams per measurement (at least two distinct sizes)")
+	f.IntVar(&do.PromptTokens, "decode-prompt-tokens", 1024, "with --decode: prompt tokens per stream (the context the per-sequence cost is measured at)")
+	f.IntVar(&do.OutputTokens, "decode-output-tokens", 64, "with --decode: output tokens per stream")
+	f.Float64Var(&o.TimeScale, "time-scale", 1, "the server's simulated seconds per wall second: 1 for real engines, a simulator's --time-scale (measured times are multiplied by it)")
 	return cmd
 }
