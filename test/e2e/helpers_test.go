@@ -301,9 +301,18 @@ var client = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
 // post sends a JSON body and returns the response with its whole body.
 func post(t *testing.T, url, body string, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	resp, out, err := tryPost(url, body, hdr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return resp, out
+}
+
+// tryPost is post for goroutines other than the test's.
+func tryPost(url, body string, hdr map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
 	}
 	req.Header.Set("content-type", "application/json")
 	for k, v := range hdr {
@@ -311,14 +320,14 @@ func post(t *testing.T, url, body string, hdr map[string]string) (*http.Response
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
+		return nil, nil, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("reading the response of %s: %v", url, err)
+		return nil, nil, fmt.Errorf("reading the response of %s: %w", url, err)
 	}
-	return resp, out
+	return resp, out, nil
 }
 
 // usage is the part of an OpenAI usage object the tests check.

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/spillway-llm/spillway/director"
+	"github.com/spillway-llm/spillway/discovery"
+	"github.com/spillway-llm/spillway/kvtransfer"
+	"github.com/spillway-llm/spillway/prefill"
+	"github.com/spillway-llm/spillway/profiles"
+	"github.com/spillway-llm/spillway/test/sim"
+)
+
+// TestPrefillKilledMidRequestFallsBackLocal: the only prefill endpoint is
+// closed while a request routed to it is in flight (its prefill leg is
+// stalled at the simulator, so the kill cuts the leg's connection, and the
+// retry finds nobody listening). The sidecar decodes with local prefill
+// and says so (x-spillway-prefill: fallback-local); the response is still
+// a complete stream; every booking the picker made is released. A next
+// request, with the prefiller gone, is served too.
+func TestPrefillKilledMidRequestFallsBackLocal(t *testing.T) {
+	dec := startFleet(t, sim.FleetConfig{Decode: 1}).Endpoints[0]
+	pre, err := sim.NewServer(sim.ServerConfig{Model: model, Role: sim.RolePrefill, TimeScale: timeScale, Faults: sim.Faults{Stall: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pre.Close() })
+	side := startSidecar(t, dec.Address, []string{pre.Addr()}, kvtransfer.Options{PrefillTimeout: 10 * time.Second, Retries: 1, Backoff: 20 * time.Millisecond})
+	specs := []discovery.Spec{
+		{Name: "prefill-0", Address: pre.Addr(), Labels: map[string]string{profiles.RoleLabel: "prefill"}},
+		{Name: "decode-0", Address: side, Labels: map[string]string{profiles.RoleLabel: "decode"}},
+	}
+	p := startPicker(t, readConfig(t, "../bench/configs/pd-matched.yaml"), specs, 0)
+	p.waitScraped(t)
+	gw := startGateway(t, p)
+	preEp := p.endpoint(t, pre.Addr())
+
+	body := fmt.Sprintf(`{"model":%q,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}],"max_tokens":4}`, model, words("fail", 50))
+	type result struct {
+		resp *http.Response
+		out  []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, out, err := tryPost(gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
+		done <- result{resp, out, err}
+	}()
+	// The request is booked on the prefiller once the picker dispatched
+	// it; the leg then waits out the stall. Closing now or a moment before
+	// the leg connects ends the same way (a cut or a refused connection),
+	// so the short pause only makes the mid-leg case the usual one.
+	waitFor(t, 5*time.Second, "the request booked on the prefiller", func() bool {
+		r, _ := prefill.LoadOf(preEp)
+		return r == 1
+	})
+	time.Sleep(100 * time.Millisecond)
+	if err := pre.Close(); err != nil {
+		t.Fatalf("killing the prefiller: %v", err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no response after the prefiller died")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", r.resp.StatusCode, r.out)
+	}
+	if got := r.resp.Header.Get(kvtransfer.HeaderPrefill); got != kvtransfer.PrefillFallbackLocal {
+		t.Fatalf("%s = %q, want %s", kvtransfer.HeaderPrefill, got, kvtransfer.PrefillFallbackLocal)
+	}
+	if r.resp.Header.Get(kvtransfer.HeaderPrefillDoneMs) == "" {
+		t.Errorf("no %s on a failed prefill leg: the picker could not release the prefill tokens early", kvtransfer.HeaderPrefillDoneMs)
+	}
+	if got := decision(t, r.resp.Header.Get(director.HeaderDecision))[director.HeaderPrefiller]; got != pre.Addr() {
+		t.Fatalf("picker named prefiller %q, want %s", got, pre.Addr())
+	}
+	if _, u := parseSSE(t, r.out); u.PromptTokens != 52 || u.CompletionTokens != 4 || u.cached() != 0 {
+		t.Errorf("usage %+v (cached %d): want the local prefill's 52 prompt tokens, none cached", u, u.cached())
+	}
+	if n := dec.Engine.Snapshot().Finished; n != 1 {
+		t.Errorf("decoder finished %d requests, want 1", n)
+	}
+	p.waitUnloaded(t)
+
+	// Next request with the prefiller dead: whether or not the picker
+	// still names it (its metrics go stale), the request is served and
+	// released.
+	resp, out := post(t, gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("second request: status %d: %s", resp.StatusCode, out)
+	}
+	named := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderPrefiller] != ""
+	if got := resp.Header.Get(kvtransfer.HeaderPrefill); named && got != kvtransfer.PrefillFallbackLocal || !named && got != "" {
+		t.Errorf("second request: prefiller named %v, %s = %q", named, kvtransfer.HeaderPrefill, got)
+	}
+	parseSSE(t, out)
+	t.Logf("second request: prefiller named %v", named)
+	p.waitUnloaded(t)
+}
