@@ -34,7 +34,7 @@ type ActiveRequestScorer struct {
 	profiles.Named
 	p   activeParams
 	key string
-	c   *inflight
+	c   *profiles.EndpointCounter
 
 	mu       sync.Mutex
 	profsPtr atomic.Pointer[[]string] // profiles this scorer has scored in
@@ -51,7 +51,7 @@ func newActiveRequestScorer(name string, raw json.RawMessage, h profiles.Handle)
 	if p.MaxBusyScore < 0 || p.MaxBusyScore > 1 {
 		return nil, fmt.Errorf("maxBusyScore must be in [0,1], got %g", p.MaxBusyScore)
 	}
-	s := &ActiveRequestScorer{Named: profiles.NewNamed(ActiveRequestScorerType, name), p: p, c: newInflight()}
+	s := &ActiveRequestScorer{Named: profiles.NewNamed(ActiveRequestScorerType, name), p: p, c: profiles.NewEndpointCounter()}
 	s.key = "decode.active-request/" + s.TypedName().Name
 	empty := []string{}
 	s.profsPtr.Store(&empty)
@@ -62,7 +62,7 @@ func newActiveRequestScorer(name string, raw json.RawMessage, h profiles.Handle)
 func (s *ActiveRequestScorer) Params() any { return s.p }
 
 // InFlight returns the requests the picker has in flight on ep.
-func (s *ActiveRequestScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.count(ep)) }
+func (s *ActiveRequestScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.Count(ep)) }
 
 // noteProfile remembers which profiles this scorer runs in, so that
 // dispatch books the endpoints those profiles picked.
@@ -86,10 +86,10 @@ func (s *ActiveRequestScorer) Score(_ context.Context, cs *profiles.CycleState, 
 	}
 	var maxN int64
 	for _, e := range eps {
-		maxN = max(maxN, s.c.count(e))
+		maxN = max(maxN, s.c.Count(e))
 	}
 	for i, e := range eps {
-		n := s.c.count(e)
+		n := s.c.Count(e)
 		if n <= int64(s.p.IdleThreshold) || maxN == 0 {
 			out[i] = 1
 			continue
@@ -100,18 +100,13 @@ func (s *ActiveRequestScorer) Score(_ context.Context, cs *profiles.CycleState, 
 
 // OnDispatch implements profiles.DispatchHook.
 func (s *ActiveRequestScorer) OnDispatch(req *profiles.Request, res *profiles.Result) {
-	var b *booking
+	var b *profiles.CounterBooking
 	for _, p := range *s.profsPtr.Load() {
 		t := res.Target(p)
 		if t == nil {
 			continue
 		}
-		if b == nil {
-			b = &booking{}
-		}
-		sl := s.c.get(t)
-		sl.n.Add(1)
-		b.slots = append(b.slots, sl)
+		b = s.c.Book(b, t)
 	}
 	if b != nil {
 		req.Put(s.key, b)
@@ -119,8 +114,8 @@ func (s *ActiveRequestScorer) OnDispatch(req *profiles.Request, res *profiles.Re
 }
 
 func (s *ActiveRequestScorer) release(req *profiles.Request) {
-	if b, ok := req.Get(s.key).(*booking); ok {
-		b.release()
+	if b, ok := req.Get(s.key).(*profiles.CounterBooking); ok {
+		b.Release()
 	}
 }
 
@@ -138,4 +133,4 @@ func (s *ActiveRequestScorer) OnFail(req *profiles.Request, _ *profiles.Result, 
 func (s *ActiveRequestScorer) OnEndpointAdded(*profiles.Endpoint) {}
 
 // OnEndpointRemoved implements profiles.EndpointsHook.
-func (s *ActiveRequestScorer) OnEndpointRemoved(ep *profiles.Endpoint) { s.c.drop(ep) }
+func (s *ActiveRequestScorer) OnEndpointRemoved(ep *profiles.Endpoint) { s.c.Drop(ep) }

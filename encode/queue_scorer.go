@@ -28,7 +28,7 @@ func init() { profiles.Register(QueueScorerType, newQueueScorer) }
 type QueueScorer struct {
 	profiles.Named
 	key string
-	c   *inflight
+	c   *profiles.EndpointCounter
 
 	mu       sync.Mutex
 	profsPtr atomic.Pointer[[]string]
@@ -39,7 +39,7 @@ func newQueueScorer(name string, raw json.RawMessage, h profiles.Handle) (profil
 	if err := profiles.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	s := &QueueScorer{Named: profiles.NewNamed(QueueScorerType, name), c: newInflight()}
+	s := &QueueScorer{Named: profiles.NewNamed(QueueScorerType, name), c: profiles.NewEndpointCounter()}
 	s.key = "encode.queue/" + s.TypedName().Name
 	empty := []string{}
 	s.profsPtr.Store(&empty)
@@ -48,7 +48,7 @@ func newQueueScorer(name string, raw json.RawMessage, h profiles.Handle) (profil
 
 // Depth returns the encoder's queue depth as the scorer sees it.
 func (s *QueueScorer) Depth(ep *profiles.Endpoint) int {
-	d := int(s.c.count(ep))
+	d := int(s.c.Count(ep))
 	if m := ep.Metrics(); !m.Stale {
 		d += m.WaitingQueue
 	}
@@ -56,7 +56,7 @@ func (s *QueueScorer) Depth(ep *profiles.Endpoint) int {
 }
 
 // InFlight returns the items the picker has in flight on ep.
-func (s *QueueScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.count(ep)) }
+func (s *QueueScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.Count(ep)) }
 
 func (s *QueueScorer) noteProfile(name string) {
 	if slices.Contains(*s.profsPtr.Load(), name) {
@@ -121,18 +121,13 @@ func perItemTargets(req *profiles.Request, pr *profiles.ProfileResult) []*profil
 
 // OnDispatch implements profiles.DispatchHook.
 func (s *QueueScorer) OnDispatch(req *profiles.Request, res *profiles.Result) {
-	var b *booking
+	var b *profiles.CounterBooking
 	for _, p := range *s.profsPtr.Load() {
 		for _, t := range perItemTargets(req, res.Profiles[p]) {
 			if t == nil {
 				continue
 			}
-			if b == nil {
-				b = &booking{}
-			}
-			sl := s.c.get(t)
-			sl.n.Add(1)
-			b.slots = append(b.slots, sl)
+			b = s.c.Book(b, t)
 		}
 	}
 	if b != nil {
@@ -141,8 +136,8 @@ func (s *QueueScorer) OnDispatch(req *profiles.Request, res *profiles.Result) {
 }
 
 func (s *QueueScorer) release(req *profiles.Request) {
-	if b, ok := req.Get(s.key).(*booking); ok {
-		b.release()
+	if b, ok := req.Get(s.key).(*profiles.CounterBooking); ok {
+		b.Release()
 	}
 }
 
@@ -166,4 +161,4 @@ func (s *QueueScorer) OnFail(req *profiles.Request, _ *profiles.Result, _ error)
 func (s *QueueScorer) OnEndpointAdded(*profiles.Endpoint) {}
 
 // OnEndpointRemoved implements profiles.EndpointsHook.
-func (s *QueueScorer) OnEndpointRemoved(ep *profiles.Endpoint) { s.c.drop(ep) }
+func (s *QueueScorer) OnEndpointRemoved(ep *profiles.Endpoint) { s.c.Drop(ep) }
