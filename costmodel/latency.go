@@ -41,6 +41,10 @@ type LatencyPredictor struct {
 	absErr   *prometheus.HistogramVec
 	mape     *prometheus.GaugeVec
 	mapeEWMA [2]float64
+	// errSum / errN: every observed relative error since the start, for
+	// benchmark reports (the gauge is the recent, weighted one).
+	errSum [2]float64
+	errN   [2]int
 }
 
 type latencyParams struct {
@@ -125,7 +129,18 @@ func newLatencyPredictor(name string, raw json.RawMessage, h profiles.Handle) (p
 	per10k := 1e4 * p.PrefillSecondsPerToken
 	lp.ttftB = []float64{p.DecodeStepBaseSeconds, per10k, per10k, 0, 0}
 	lp.tpotB = []float64{p.DecodeStepBaseSeconds + p.DecodeStepPerSeqSeconds, p.DecodeStepPerSeqSeconds, 0}
-	go lp.janitor(h.Context())
+	go janitor(h.Context(), p.RequestTTL.Std(), func() {
+		now := lp.clock.Now()
+		lp.mu.Lock()
+		defer lp.mu.Unlock()
+		for _, m := range lp.book {
+			for r, b := range m {
+				if now.Sub(b.dispatched) > lp.p.RequestTTL.Std() {
+					delete(m, r)
+				}
+			}
+		}
+	})
 	return lp, nil
 }
 
@@ -279,6 +294,8 @@ func appendWindow(xs [][]float64, ys []float64, x []float64, y float64, window i
 func (l *LatencyPredictor) observe(target int, pred, actual float64) {
 	name := [2]string{"ttft", "tpot"}[target]
 	rel := math.Abs(pred-actual) / actual
+	l.errSum[target] += rel
+	l.errN[target]++
 	l.absErr.WithLabelValues(l.TypedName().Name, name).Observe(rel)
 	if l.mapeEWMA[target] == 0 {
 		l.mapeEWMA[target] = rel
@@ -307,6 +324,30 @@ func (l *LatencyPredictor) MAPE() (ttft, tpot float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.mapeEWMA[0], l.mapeEWMA[1]
+}
+
+// PredictionError is the predictor's mean absolute percentage error over
+// every observed response so far (fractions: 0.25 = 25%).
+type PredictionError struct {
+	TTFTMAPE    float64 `json:"ttftMape"`
+	TPOTMAPE    float64 `json:"tpotMape"`
+	TTFTSamples int     `json:"ttftSamples"`
+	TPOTSamples int     `json:"tpotSamples"`
+}
+
+// MeanError returns the mean absolute percentage errors since the start.
+func (l *LatencyPredictor) MeanError() PredictionError {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var e PredictionError
+	e.TTFTSamples, e.TPOTSamples = l.errN[0], l.errN[1]
+	if l.errN[0] > 0 {
+		e.TTFTMAPE = l.errSum[0] / float64(l.errN[0])
+	}
+	if l.errN[1] > 0 {
+		e.TPOTMAPE = l.errSum[1] / float64(l.errN[1])
+	}
+	return e
 }
 
 // Fits returns how many times the TTFT model was refitted.
@@ -340,32 +381,6 @@ func (l *LatencyPredictor) Booked(ep *profiles.Endpoint) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.book[ep])
-}
-
-func (l *LatencyPredictor) janitor(ctx context.Context) {
-	ttl := l.p.RequestTTL.Std()
-	if ttl <= 0 {
-		return
-	}
-	t := time.NewTicker(min(ttl/4, time.Minute))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			now := l.clock.Now()
-			l.mu.Lock()
-			for _, m := range l.book {
-				for r, b := range m {
-					if now.Sub(b.dispatched) > ttl {
-						delete(m, r)
-					}
-				}
-			}
-			l.mu.Unlock()
-		}
-	}
 }
 
 // SLO request headers, in milliseconds.

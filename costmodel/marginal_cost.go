@@ -150,7 +150,18 @@ func newMarginalCostScorer(name string, raw json.RawMessage, h profiles.Handle) 
 			Help: "Scheduling cycles in which the marginal-cost scarcity guard engaged, by mode.",
 		}, []string{"scorer", "mode"})),
 	}
-	go s.janitor(h.Context())
+	go janitor(h.Context(), p.RequestTTL.Std(), func() {
+		now := s.clock.Now()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, e := range s.eps {
+			for r, b := range e.reqs {
+				if now.Sub(b.dispatched) > s.p.RequestTTL.Std() {
+					delete(e.reqs, r)
+				}
+			}
+		}
+	})
 	return s, nil
 }
 
@@ -376,30 +387,4 @@ func (s *MarginalCostScorer) InFlight(ep *profiles.Endpoint) int {
 		return len(e.reqs)
 	}
 	return 0
-}
-
-func (s *MarginalCostScorer) janitor(ctx context.Context) {
-	ttl := time.Duration(s.p.RequestTTL)
-	if ttl <= 0 {
-		return
-	}
-	t := time.NewTicker(min(ttl/4, time.Minute))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			now := s.clock.Now()
-			s.mu.Lock()
-			for _, e := range s.eps {
-				for r, b := range e.reqs {
-					if now.Sub(b.dispatched) > ttl {
-						delete(e.reqs, r)
-					}
-				}
-			}
-			s.mu.Unlock()
-		}
-	}
 }
