@@ -96,6 +96,7 @@ func finish(res *Results, baseline string) error {
 		return fmt.Errorf("baseline %q is not one of the configurations run", res.Baseline)
 	}
 	for i := range res.Configs {
+		res.Configs[i].GoodputFraction = overallGoodput(res.Configs[i].Levels)
 		k := &res.Configs[i].Knee
 		if base.Throughput > 0 && k.Throughput > 0 {
 			k.RatioVsBaseline = k.Throughput / base.Throughput
@@ -123,6 +124,7 @@ func runConfig(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Flee
 		pb.start(levelLabel(spec, plan.Levels[g[0]].Load, len(g) > 1), total)
 		r.progress = pb.update
 		err = r.playLevels(ctx, g)
+		addPredictorError(&cr, r.sched.Plugins())
 		r.close()
 		pb.end()
 		if err != nil {

@@ -47,7 +47,23 @@ type ConfigResult struct {
 	File   string        `json:"file"`
 	Levels []LevelResult `json:"levels"`
 	Knee   Knee          `json:"knee"`
-	Error  string        `json:"error,omitempty"` // the configuration could not run
+	// GoodputFraction over every level: completed requests meeting their
+	// SLO / requests offered, all levels together.
+	GoodputFraction float64 `json:"goodputFraction"`
+	// Predictor is the latency predictor's error over the run (configs
+	// with a latency-predictor plugin only).
+	Predictor *PredictorError `json:"predictor,omitempty"`
+	Error     string          `json:"error,omitempty"` // the configuration could not run
+}
+
+// PredictorError is a latency predictor's mean absolute percentage error
+// (fractions: 0.25 = 25%) of TTFT and TPOT over every response it observed
+// during the configuration's runs, and the sample counts.
+type PredictorError struct {
+	TTFTMAPE    float64 `json:"ttftMape"`
+	TPOTMAPE    float64 `json:"tpotMape"`
+	TTFTSamples int     `json:"ttftSamples"`
+	TPOTSamples int     `json:"tpotSamples"`
 }
 
 // LevelResult is one (configuration, load level).

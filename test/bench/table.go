@@ -33,7 +33,7 @@ func (r *Results) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "\nknee: highest %s with %s ≤ %gms; ratio = throughput at the knee vs %s\n", unit, r.Workload.KneeMetric, r.Workload.KneeBoundMs, r.Baseline)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "config\tknee %s\tthroughput\tvs %s\t\n", unit, r.Baseline)
+	fmt.Fprintf(tw, "config\tknee %s\tthroughput\tvs %s\tgoodput (all levels)\tpredictor MAPE TTFT / TPOT\t\n", unit, r.Baseline)
 	for _, c := range r.Configs {
 		if c.Error != "" {
 			continue
@@ -50,7 +50,11 @@ func (r *Results) WriteTable(w io.Writer) error {
 		if k.RatioVsBaseline > 0 {
 			ratio = fmt.Sprintf("%.2f×", k.RatioVsBaseline)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f %s\t%s\t\n", c.Name, knee, k.Throughput, k.ThroughputUnit, ratio)
+		mape := "-"
+		if p := c.Predictor; p != nil {
+			mape = fmt.Sprintf("%.0f%% / %.0f%%", 100*p.TTFTMAPE, 100*p.TPOTMAPE)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f %s\t%s\t%.1f%%\t%s\t\n", c.Name, knee, k.Throughput, k.ThroughputUnit, ratio, 100*c.GoodputFraction, mape)
 	}
 	return tw.Flush()
 }
