@@ -161,8 +161,22 @@ func TestPreciseMatchFromSimulatorKVEvents(t *testing.T) {
 		t.Fatalf("restarting the engine on %s: %v", hot.Address, err)
 	}
 	t.Cleanup(func() { restarted.Close() })
-	other := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":4}`, model, words("other", 40))
+	defer func() {
+		if t.Failed() {
+			seq, ok := p.preciseSeq(t, hotEp)
+			t.Logf("producer's last sequence of %s: %d (known %v); events %v, breaks %v, errors %v", hot.Name, seq, ok,
+				p.metric(t, "spillway_kv_events_total", map[string]string{"endpoint": hot.Name}),
+				p.metric(t, "spillway_kv_event_sequence_breaks_total", nil), p.metric(t, "spillway_kv_event_errors_total", nil))
+		}
+	}()
+	client.CloseIdleConnections() // keep-alives to the old engine are dead
+	// The producer's SUB redials in the background; until it is back, what
+	// the new engine publishes is lost. Each try sends a new prompt, so
+	// that each one publishes fresh BlockStored events.
+	try := 0
 	waitFor(t, 10*time.Second, "the restart detected", func() bool {
+		try++
+		other := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":4}`, model, words(fmt.Sprintf("other%d-", try), 40))
 		post(t, restarted.URL()+"/v1/chat/completions", other, nil)
 		mb, _, _ := prefill.MatchOf(schedule(), hotEp)
 		return mb == 0
@@ -177,4 +191,16 @@ func head(ids []uint32) string {
 		ids = ids[:8]
 	}
 	return strings.Trim(fmt.Sprint(ids), "[]")
+}
+
+// preciseSeq is the precise producer's last applied sequence number of ep.
+func (p *picker) preciseSeq(t *testing.T, ep *profiles.Endpoint) (uint64, bool) {
+	t.Helper()
+	for _, pl := range p.Scheduler.Plugins() {
+		if pp, ok := pl.(*prefill.PreciseProducer); ok {
+			return pp.SeqOf(ep)
+		}
+	}
+	t.Fatal("no precise producer in the scheduler")
+	return 0, false
 }
