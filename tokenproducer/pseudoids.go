@@ -2,6 +2,7 @@ package tokenproducer
 
 import (
 	"slices"
+	"unsafe"
 
 	"github.com/spillway-llm/spillway/profiles"
 )
@@ -13,6 +14,11 @@ import (
 // Each multimodal item follows its message's text as a run of `tokens` ids
 // derived from its content hash: two prompts that differ only in an image
 // share their blocks up to the image and no further.
+
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 type idPacker struct {
 	out  []uint32
@@ -31,9 +37,15 @@ func (p *idPacker) write(s string) {
 		p.out = slices.Grow(p.out, k)[:n+k]
 		dst := p.out[n : n+k]
 		src := s[i : i+4*k]
-		for j := range dst {
-			c := src[4*j : 4*j+4]
-			dst[j] = uint32(c[0]) | uint32(c[1])<<8 | uint32(c[2])<<16 | uint32(c[3])<<24
+		if littleEndian {
+			// The ids are the bytes read as little-endian words: on a
+			// little-endian machine that is a plain copy.
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*k), src)
+		} else {
+			for j := range dst {
+				c := src[4*j : 4*j+4]
+				dst[j] = uint32(c[0]) | uint32(c[1])<<8 | uint32(c[2])<<16 | uint32(c[3])<<24
+			}
 		}
 		i += 4 * k
 	}
@@ -69,7 +81,7 @@ func (p *idPacker) item(hash uint64, tokens int) {
 // pseudoIDs builds the stand-in ids of a request whose items were counted
 // into imgs (aligned with req.Multimodal).
 func pseudoIDs(req *profiles.Request, imgs []profiles.ImageTokens) []uint32 {
-	size := len(req.Prompt)/4 + 2
+	size := len(req.Prompt)/4 + 2 + len(req.PromptIDs)
 	for i := range req.Messages {
 		size += (len(req.Messages[i].Role)+len(req.Messages[i].Text))/4 + 2
 	}
@@ -80,6 +92,8 @@ func pseudoIDs(req *profiles.Request, imgs []profiles.ImageTokens) []uint32 {
 	if len(req.Messages) == 0 {
 		p.write(req.Prompt)
 		p.flush()
+		// A completions prompt given as token ids keeps its real ids.
+		p.out = append(p.out, req.PromptIDs...)
 		for i := range imgs {
 			p.item(imgs[i].Hash, imgs[i].Tokens)
 		}

@@ -134,6 +134,7 @@ func TestPseudoIDsMatchPrefixFallback(t *testing.T) {
 	for _, body := range [][]byte{
 		chatBody(t, "m", textMsg("system", "you are helpful"), textMsg("user", strings.Repeat("ab c", 333)), textMsg("assistant", "x")),
 		[]byte(`{"model":"m","prompt":"a completion prompt of some length"}`),
+		[]byte(`{"model":"m","prompt":[[101,102,103,104,105]]}`),
 	} {
 		req := parse(t, body)
 		fallback, _ := prefill.RequestIDs(req)
