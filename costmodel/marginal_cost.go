@@ -21,11 +21,13 @@ const SLOClassHeader = "x-spillway-slo-class"
 // GuardParams configure the scarcity guard. Greedy cost minimisation
 // concentrates load on the cheapest endpoint when the pool is narrow or
 // starved (the paper's 1 prefill / 2 decode collapse); the guard then
-// spreads: power-of-two-choices sampling in pools of ≥ 3, an admission cap
-// on in-flight imbalance in narrower ones.
+// spreads: power-of-two-choices sampling in pools of ≥ 3, blind rotation
+// (round-robin) in narrower ones, where the paper found blind spreading
+// better and where two-choice sampling would be the greedy choice itself.
 type GuardParams struct {
-	// Mode: auto (engage below minPoolWidth or above loadThreshold), p2c,
-	// admission, or off.
+	// Mode: auto (engage below minPoolWidth or above loadThreshold: p2c in
+	// pools of ≥ 3, spread below), p2c, spread (blind rotation),
+	// admission (cap on in-flight imbalance), or off.
 	Mode string `json:"mode"`
 	// MinPoolWidth: auto engages when fewer candidates are left.
 	MinPoolWidth int `json:"minPoolWidth"`
@@ -77,6 +79,7 @@ type MarginalCostScorer struct {
 	rnd  *rand.Rand
 	key  string // per-request state key
 	seen map[string]bool
+	next int // spread guard's rotation
 
 	guardEngaged *prometheus.CounterVec
 }
@@ -109,7 +112,7 @@ func newMarginalCostScorer(name string, raw json.RawMessage, h profiles.Handle) 
 		KVWeight:            1,
 		KVHighWater:         0.8,
 		SLOMultipliers:      map[string]float64{"tight": 2, "interactive": 2},
-		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 3, LoadThreshold: 0, MaxImbalance: 1},
+		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 4, LoadThreshold: 0, MaxImbalance: 1},
 		RequestTTL:          profiles.Duration(10 * time.Minute),
 	}
 	if err := profiles.DecodeParams(raw, &p); err != nil {
@@ -127,9 +130,9 @@ func newMarginalCostScorer(name string, raw json.RawMessage, h profiles.Handle) 
 		return nil, fmt.Errorf("guard: minPoolWidth, loadThreshold and maxImbalance must be ≥ 0")
 	}
 	switch p.Guard.Mode {
-	case "auto", "p2c", "admission", "off":
+	case "auto", "p2c", "spread", "admission", "off":
 	default:
-		return nil, fmt.Errorf("guard.mode %q (accepted: auto, p2c, admission, off)", p.Guard.Mode)
+		return nil, fmt.Errorf("guard.mode %q (accepted: auto, p2c, spread, admission, off)", p.Guard.Mode)
 	}
 	if p.KVHighWater < 0 || p.KVHighWater >= 1 {
 		return nil, fmt.Errorf("kvHighWater must be in [0,1), got %g", p.KVHighWater)
@@ -252,6 +255,11 @@ func (s *MarginalCostScorer) Score(_ context.Context, cs *profiles.CycleState, r
 	}
 	mode := s.guardMode(len(eps), totalRunning)
 	var sample [2]int
+	spreadTo := -1
+	if mode == "spread" {
+		spreadTo = s.next % len(eps)
+		s.next++
+	}
 	if mode == "p2c" {
 		sample[0] = s.rnd.IntN(len(eps))
 		sample[1] = s.rnd.IntN(len(eps) - 1)
@@ -284,6 +292,12 @@ func (s *MarginalCostScorer) Score(_ context.Context, cs *profiles.CycleState, r
 			if inflight[i] > minInflight+s.p.Guard.MaxImbalance {
 				out[i] = 0
 			}
+		case "spread":
+			if i == spreadTo {
+				out[i] = 1
+			} else {
+				out[i] = 0
+			}
 		}
 	}
 	if mode != "" {
@@ -303,18 +317,18 @@ func (s *MarginalCostScorer) guardMode(width, running int) string {
 		return ""
 	case "p2c":
 		if width < 3 {
-			return "admission"
+			return "spread"
 		}
 		return "p2c"
-	case "admission":
-		return "admission"
+	case "admission", "spread":
+		return g.Mode
 	}
 	engage := width < g.MinPoolWidth || (g.LoadThreshold > 0 && float64(running)/float64(width) > g.LoadThreshold)
 	if !engage || width < 2 {
 		return ""
 	}
 	if width < 3 {
-		return "admission"
+		return "spread"
 	}
 	return "p2c"
 }

@@ -102,18 +102,23 @@ func TestGuardEngagesWhereConfigured(t *testing.T) {
 		width  int
 		want   string
 	}{
-		{`{guard: {mode: auto, minPoolWidth: 3}}`, 2, "admission"},
+		{`{guard: {mode: auto, minPoolWidth: 3}}`, 2, "spread"},
 		{`{guard: {mode: auto, minPoolWidth: 3}}`, 3, ""},
 		{`{guard: {mode: auto, minPoolWidth: 5}}`, 4, "p2c"},
 		{`{guard: {mode: "off"}}`, 2, ""},
 		{`{guard: {mode: p2c}}`, 6, "p2c"},
-		{`{guard: {mode: p2c}}`, 2, "admission"},
+		{`{guard: {mode: p2c}}`, 2, "spread"},
 	}
 	for _, c := range cases {
 		s := schedulerWith(t, c.params, eps(c.width))
 		assert.Equal(t, c.want, scorer(t, s).guardMode(c.width, 0), c.params)
 	}
-	s := schedulerWith(t, `{guard: {mode: auto, minPoolWidth: 1, loadThreshold: 4}}`, eps(4))
+	// Defaults: the paper's advantage needs a decode pool of ≥ 4.
+	s := schedulerWith(t, `{}`, eps(3))
+	assert.Equal(t, "p2c", scorer(t, s).guardMode(3, 0))
+	assert.Equal(t, "spread", scorer(t, s).guardMode(2, 0))
+	assert.Equal(t, "", scorer(t, s).guardMode(4, 0))
+	s = schedulerWith(t, `{guard: {mode: auto, minPoolWidth: 1, loadThreshold: 4}}`, eps(4))
 	assert.Equal(t, "", scorer(t, s).guardMode(4, 16))
 	assert.Equal(t, "p2c", scorer(t, s).guardMode(4, 17))
 }
@@ -139,6 +144,37 @@ func TestAdmissionGuardBoundsImbalance(t *testing.T) {
 		d := sc.InFlight(pool[0]) - sc.InFlight(pool[1])
 		assert.LessOrEqual(t, d, 2, "imbalance after %d", i)
 	}
+}
+
+// In a two-endpoint pool the auto guard spreads blindly: even when one
+// endpoint is far more expensive, picks alternate.
+func TestSpreadGuardAlternatesInNarrowPool(t *testing.T) {
+	pool := eps(2)
+	s := schedulerWith(t, `{}`, pool)
+	sc := scorer(t, s)
+	long := req("long", 100, 0)
+	res := &profiles.Result{Primary: "decode", Profiles: map[string]*profiles.ProfileResult{"decode": {Profile: "decode", Targets: []*profiles.Endpoint{pool[1]}}}}
+	long.Put(sc.key, &scoredState{profile: "decode", output: 30000})
+	s.Dispatch(long, res).FirstChunk()
+	counts := map[string]int{}
+	for i := 0; i < 6; i++ {
+		r := req(fmt.Sprint(i), 100, 0)
+		res, err := s.Schedule(context.Background(), r)
+		require.NoError(t, err)
+		s.Dispatch(r, res).FirstChunk()
+		counts[res.Destination()[0].Name]++
+	}
+	assert.Equal(t, map[string]int{"d0": 3, "d1": 3}, counts)
+	// With the guard off, greedy pricing keeps every pick on d0.
+	s = schedulerWith(t, `{guard: {mode: "off"}}`, pool)
+	sc = scorer(t, s)
+	long = req("long", 100, 0)
+	long.Put(sc.key, &scoredState{profile: "decode", output: 30000})
+	s.Dispatch(long, res).FirstChunk()
+	r := req("x", 100, 0)
+	got, err := s.Schedule(context.Background(), r)
+	require.NoError(t, err)
+	assert.Equal(t, "d0", got.Destination()[0].Name)
 }
 
 func TestBadParams(t *testing.T) {
