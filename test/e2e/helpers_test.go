@@ -269,7 +269,13 @@ func startDisagg(t *testing.T, cfg sim.FleetConfig, so kvtransfer.Options) *disa
 			addr = startSidecar(t, e.Address, d.legAddrs, so)
 			d.sidecar[addr] = e
 		}
-		d.specs = append(d.specs, discovery.Spec{Name: e.Name, Address: addr, Labels: map[string]string{profiles.RoleLabel: string(e.Role)}})
+		labels := map[string]string{profiles.RoleLabel: string(e.Role)}
+		if e.KVEventsAddr() != "" {
+			// The engine publishes behind the sidecar's address.
+			labels[prefill.KVEventsEndpointLabel] = "tcp://" + e.KVEventsAddr()
+			labels[prefill.KVReplayEndpointLabel] = "tcp://" + e.KVReplayAddr()
+		}
+		d.specs = append(d.specs, discovery.Spec{Name: e.Name, Address: addr, Labels: labels})
 	}
 	return d
 }

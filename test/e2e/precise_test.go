@@ -196,11 +196,5 @@ func head(ids []uint32) string {
 // preciseSeq is the precise producer's last applied sequence number of ep.
 func (p *picker) preciseSeq(t *testing.T, ep *profiles.Endpoint) (uint64, bool) {
 	t.Helper()
-	for _, pl := range p.Scheduler.Plugins() {
-		if pp, ok := pl.(*prefill.PreciseProducer); ok {
-			return pp.SeqOf(ep)
-		}
-	}
-	t.Fatal("no precise producer in the scheduler")
-	return 0, false
+	return p.precise(t).SeqOf(ep)
 }
