@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spillway-llm/spillway/prefill"
 	"github.com/spillway-llm/spillway/profiles"
 )
 
@@ -19,8 +20,9 @@ import (
 // enough samples arrive it predicts from the calibrated costs.
 //
 // TTFT features: 1, queued prefill tokens (booked, not yet prefilled; 10k
-// units), this request's prompt tokens (10k units), running sequences,
-// KV-cache usage. TPOT features: 1, running sequences, KV-cache usage.
+// units), this request's prompt tokens the endpoint does not cache (10k
+// units; from the prefix producer's match), running sequences, KV-cache
+// usage. TPOT features: 1, running sequences, KV-cache usage.
 type LatencyPredictor struct {
 	profiles.Named
 	p     latencyParams
@@ -178,7 +180,12 @@ func (l *LatencyPredictor) Produce(_ context.Context, req *profiles.Request, eps
 		if !m.Stale && m.Running > running {
 			running = m.Running
 		}
-		tx := []float64{1, queued / 1e4, prompt / 1e4, float64(running), m.KVUsage}
+		// The prompt feature is what this endpoint would compute: the
+		// prefix it caches costs (almost) nothing, and cache hits are most
+		// of the small TTFTs a percentage error is judged on.
+		_, _, matched := prefill.MatchOf(req, ep)
+		uncached := math.Max(prompt-float64(matched), 1)
+		tx := []float64{1, queued / 1e4, uncached / 1e4, float64(running), m.KVUsage}
 		px := []float64{1, float64(running), m.KVUsage}
 		ttft := math.Max(dot(l.ttftB, tx), 0.001)
 		tpot := math.Max(dot(l.tpotB, px), 0.0005)
@@ -233,7 +240,11 @@ func (l *LatencyPredictor) OnDispatch(req *profiles.Request, res *profiles.Resul
 			m = map[*profiles.Request]*latBooking{}
 			l.book[ep] = m
 		}
-		m[req] = &latBooking{prompt: prompt, dispatched: now, ttftX: pr.ttftX, tpotX: pr.tpotX, predTTFT: pr.TTFT.Seconds()}
+		uncached := prompt
+		if len(pr.ttftX) > 2 {
+			uncached = pr.ttftX[2] * 1e4
+		}
+		m[req] = &latBooking{prompt: uncached, dispatched: now, ttftX: pr.ttftX, tpotX: pr.tpotX, predTTFT: pr.TTFT.Seconds()}
 	}
 }
 
