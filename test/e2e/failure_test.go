@@ -20,10 +20,13 @@ import (
 // retry finds nobody listening). The sidecar decodes with local prefill
 // and says so (x-spillway-prefill: fallback-local); the response is still
 // a complete stream; every booking the picker made is released. A next
-// request, with the prefiller gone, is served too.
+// request, with the prefiller gone, is served too. (The simulator's stalled
+// handler outlives its closed server until the stall ends: it waits on a
+// request context that a closed, unread connection does not cancel, so the
+// stall is kept short for the goroutine check in TestMain.)
 func TestPrefillKilledMidRequestFallsBackLocal(t *testing.T) {
 	dec := startFleet(t, sim.FleetConfig{Decode: 1}).Endpoints[0]
-	pre, err := sim.NewServer(sim.ServerConfig{Model: model, Role: sim.RolePrefill, TimeScale: timeScale, Faults: sim.Faults{Stall: 5 * time.Second}})
+	pre, err := sim.NewServer(sim.ServerConfig{Model: model, Role: sim.RolePrefill, TimeScale: timeScale, Faults: sim.Faults{Stall: 3 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

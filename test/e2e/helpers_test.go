@@ -48,11 +48,14 @@ func startFleet(t *testing.T, cfg sim.FleetConfig) *sim.Fleet {
 		cfg.TimeScale = timeScale
 	}
 	cfg.Model = model
-	f, err := sim.StartFleet(context.Background(), cfg)
+	// StartFleet's watcher goroutine only ends with its context.
+	ctx, cancel := context.WithCancel(context.Background())
+	f, err := sim.StartFleet(ctx, cfg)
 	if err != nil {
+		cancel()
 		t.Fatalf("starting the simulator fleet: %v", err)
 	}
-	t.Cleanup(func() { f.Close() })
+	t.Cleanup(func() { f.Close(); cancel() })
 	return f
 }
 
