@@ -152,13 +152,13 @@ func (c *Counter) Count(ctx context.Context, req *profiles.Request, eps []*profi
 // its length, head, tail and sampleWindows evenly spread windows.
 const (
 	sampleAll     = 64 << 10
-	sampleEdge    = 16 << 10
-	sampleWindows = 32
-	sampleWindow  = 512
+	sampleEdge    = 4 << 10
+	sampleWindows = 64
+	sampleWindow  = 256
 )
 
-// SampledItemHash hashes a large data URL from ~48 KiB of it: its length,
-// first and last 16 KiB and 32 windows of 512 bytes spread evenly. Two
+// SampledItemHash hashes a large data URL from 24 KiB of it: its length,
+// first and last 4 KiB and 64 windows of 256 bytes spread evenly. Two
 // different images of identical length that agree on every sampled byte
 // collide; the cost is a routing hint (encoder-cache affinity, prefix
 // match), never a wrong answer, since engines hash content themselves.
@@ -198,10 +198,10 @@ func ItemHash(kind, url string) uint64 {
 
 func (c *Counter) item(ctx context.Context, mc modelConf, it *profiles.MultimodalItem, nImage int) (profiles.ImageTokens, error) {
 	out := profiles.ImageTokens{}
-	if c.p.ImageHash == "sampled" {
-		out.Hash = SampledItemHash(it.Kind, it.URL)
-	} else {
+	if c.p.ImageHash == "full" {
 		out.Hash = ItemHash(it.Kind, it.URL)
+	} else {
+		out.Hash = SampledItemHash(it.Kind, it.URL)
 	}
 	def := c.p.Estimate.Image.DefaultResolution
 	switch it.Kind {

@@ -199,7 +199,7 @@ func TestSampledHash(t *testing.T) {
 	if SampledItemHash("image", small) != ItemHash("image", small) {
 		t.Fatal("small URLs are hashed whole")
 	}
-	c := newCounter(t, `{"imageHash":"sampled"}`, nil)
+	c := newCounter(t, `{"imageHash":"full"}`, nil)
 	tc, _, err := c.Count(context.Background(), parse(t, chatBody(t, "Qwen/Qwen3-VL-8B", imageMsg("", pngDataURL(t, 50, 50)))), nil)
 	if err != nil || tc.Images[0].Hash == 0 {
 		t.Fatalf("%+v %v", tc, err)
