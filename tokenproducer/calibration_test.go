@@ -173,3 +173,52 @@ func TestCalibrationRobust(t *testing.T) {
 		t.Fatal("overflow models share the other label")
 	}
 }
+
+// A bad image fails scheduling with the 400 the front doors answer, and a
+// config without a token-producer gets the implicit one.
+func TestSchedulerBadImageIs400(t *testing.T) {
+	ep := profiles.NewEndpoint(0, "e", "127.0.0.1:1", nil)
+	doc := `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: max-score-picker
+`
+	s, err := profiles.LoadConfigBytes("implicit.yaml", []byte(doc), profiles.Options{Endpoints: profiles.EndpointList{ep}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	req := parse(t, chatBody(t, "Qwen/Qwen3-VL-8B", imageMsg("x", "data:image/jpeg;base64,/9j/AAAA")))
+	_, err = s.Schedule(context.Background(), req)
+	if profiles.HTTPStatus(err) != http.StatusBadRequest || !strings.Contains(profiles.ClientMessage(err), "messages[0]: image 0: jpeg:") {
+		t.Fatalf("got %d %q (%v)", profiles.HTTPStatus(err), profiles.ClientMessage(err), err)
+	}
+	ok := parse(t, chatBody(t, "Qwen/Qwen3-VL-8B", imageMsg("x", pngDataURL(t, 1280, 720))))
+	if _, err := s.Schedule(context.Background(), ok); err != nil || ok.Tokens.Image != 880 || !ok.Tokens.Counted {
+		t.Fatalf("implicit producer: %+v %v", ok.Tokens, err)
+	}
+	// Usage not reported: nothing learned.
+	res, _ := s.Schedule(context.Background(), ok)
+	s.Dispatch(ok, res).Finish(profiles.Usage{})
+	pl, found := s.Plugin(PluginType)
+	if !found {
+		t.Fatal("implicit token-producer not built")
+	}
+	cal := pl.(*Producer).Counter().Calibration()
+	cal.mu.Lock()
+	n := len(cal.models)
+	cal.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("learned from a response without usage (%d models)", n)
+	}
+	// With usage it learns.
+	res, _ = s.Schedule(context.Background(), ok)
+	s.Dispatch(ok, res).Finish(profiles.Usage{PromptTokens: 1000, Reported: true})
+	if k := cal.Key("Qwen/Qwen3-VL-8B"); k != "Qwen/Qwen3-VL-8B" || len(cal.models) != 1 {
+		t.Fatalf("no sample recorded")
+	}
+}
