@@ -292,3 +292,18 @@ func TestDataURLErrors(t *testing.T) {
 		t.Fatalf("percent-encoded: %+v, %v", info, err)
 	}
 }
+
+// Real encoder output: the 1×1 lossless, lossy and lossy+alpha (VP8X)
+// WebP images browsers' feature tests use.
+func TestRealWebP(t *testing.T) {
+	for name, s := range map[string]string{
+		"lossless": "UklGRhoAAABXRUJQVlA4TA0AAAAvAAAAEAcQERGIiP4HAA==",
+		"lossy":    "UklGRiIAAABXRUJQVlA4IBYAAAAwAQCdASoBAAEADsD+JaQAA3AAAAAA",
+		"alpha":    "UklGRkoAAABXRUJQVlA4WAoAAAAQAAAAAAAAAAAAQUxQSAwAAAARBxAR/Q9ERP8DAABWUDggGAAAABQBAJ0BKgEAAQAAAP4AAA3AAP7mtQAAAA==",
+	} {
+		info, err := FromDataURL("data:image/webp;base64,"+s, Limits{})
+		if err != nil || info != (Info{Format: "webp", Width: 1, Height: 1}) {
+			t.Errorf("%s: %+v %v", name, info, err)
+		}
+	}
+}
