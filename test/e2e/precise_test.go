@@ -151,6 +151,19 @@ func TestPreciseMatchFromSimulatorKVEvents(t *testing.T) {
 		mb, tb, _ := prefill.MatchOf(schedule(), hotEp)
 		return mb == tb
 	})
+	// The producer tells a restart from a gap by the sequence number alone:
+	// a number at or below the last one seen is a restart, a higher one a
+	// gap (replayed). A restarted engine's numbers start over, so its
+	// restart is recognised as long as the producer's SUB is back before
+	// the new engine has published more batches than the old one had. Give
+	// the old engine a history (more batches), as a serving engine has.
+	for i := 0; i < 20; i++ {
+		post(t, hot.URL()+"/v1/chat/completions", fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":2}`, model, words(fmt.Sprintf("history%d-", i), 20)), nil)
+	}
+	waitFor(t, 5*time.Second, "the history applied", func() bool {
+		seq, _ := p.preciseSeq(t, hotEp)
+		return seq >= 20
+	})
 	pubAddr, replayAddr := hot.KVEventsAddr(), hot.KVReplayAddr()
 	if err := hot.Server.Close(); err != nil {
 		t.Fatalf("closing the hot engine: %v", err)
@@ -164,12 +177,18 @@ func TestPreciseMatchFromSimulatorKVEvents(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			seq, ok := p.preciseSeq(t, hotEp)
-			t.Logf("producer's last sequence of %s: %d (known %v); events %v, breaks %v, errors %v", hot.Name, seq, ok,
+			t.Logf("producer's last sequence of %s: %d (known %v); events %v, breaks reset %v replayed %v dropped %v, errors %v", hot.Name, seq, ok,
 				p.metric(t, "spillway_kv_events_total", map[string]string{"endpoint": hot.Name}),
-				p.metric(t, "spillway_kv_event_sequence_breaks_total", nil), p.metric(t, "spillway_kv_event_errors_total", nil))
+				p.metric(t, "spillway_kv_event_sequence_breaks_total", map[string]string{"action": "reset"}),
+				p.metric(t, "spillway_kv_event_sequence_breaks_total", map[string]string{"action": "replayed"}),
+				p.metric(t, "spillway_kv_event_sequence_breaks_total", map[string]string{"action": "dropped"}),
+				p.metric(t, "spillway_kv_event_errors_total", nil))
 		}
 	}()
 	client.CloseIdleConnections() // keep-alives to the old engine are dead
+	// A real engine loads its model for a while before it serves (and
+	// publishes); the SUB redials every 250ms meanwhile.
+	time.Sleep(time.Second)
 	// The producer's SUB redials in the background; until it is back, what
 	// the new engine publishes is lost. Each try sends a new prompt, so
 	// that each one publishes fresh BlockStored events.
