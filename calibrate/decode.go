@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -84,7 +85,9 @@ func MeasureDecode(ctx context.Context, o DecodeOptions) (*DecodeMeasurement, er
 		o.Timeout = 120 * time.Second
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{}
+		// Keep one connection per stream alive between batches, so that
+		// dialing does not stagger the next batch's arrivals.
+		o.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
@@ -108,7 +111,26 @@ func MeasureDecode(ctx context.Context, o DecodeOptions) (*DecodeMeasurement, er
 			}
 			prompts[i] = p
 		}
-		step, gaps, err := c.batchStep(ctx, prompts, o.OutputTokens)
+		// Every stream of a batch sees the same steps; when their own
+		// estimates disagree (a client that fell behind, streams that did
+		// not overlap), measure the batch again with fresh prompts.
+		var step time.Duration
+		var gaps int
+		var err error
+		for attempt := 1; ; attempt++ {
+			step, gaps, err = c.batchStep(ctx, prompts, o.OutputTokens)
+			if err == nil || !errors.Is(err, errInconsistent) || attempt == maxBatchAttempts {
+				break
+			}
+			if o.Log != nil {
+				fmt.Fprintf(o.Log, "batch %3d  attempt %d discarded: %v\n", b, attempt, err)
+			}
+			for i := range prompts {
+				if prompts[i], _, _, err = c.exactPrompt(ctx, &ratio); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("calibrate: batch %d: %w", b, err)
 		}
@@ -146,6 +168,20 @@ func fitLine(s []BatchStep) (base, slope float64) {
 	slope = (n*sxy - sx*sy) / den
 	return (sy - slope*sx) / n, slope
 }
+
+// maxBatchAttempts bounds the re-measurements of one batch size.
+const maxBatchAttempts = 4
+
+// errInconsistent marks a batch whose streams disagree on the step time.
+var errInconsistent = errors.New("inconsistent measurement")
+
+// maxStreamSpread is how far (max/min) the streams' own step estimates may
+// differ: in one batch they share every step, so beyond jitter a larger
+// spread means the client did not see the tokens when they were sent.
+const maxStreamSpread = 1.15
+
+// minStreamGaps is how many inter-token gaps each stream must contribute.
+const minStreamGaps = 8
 
 // batchStep starts every prompt as a stream at once and returns the mean
 // inter-token gap over the window in which all streams were decoding (the
@@ -189,7 +225,8 @@ func (c *client) batchStep(ctx context.Context, prompts []string, out int) (time
 	// span's two ends.
 	var span time.Duration
 	gaps := 0
-	for _, ts := range times {
+	lowest, highest := math.Inf(1), 0.0
+	for i, ts := range times {
 		first, last, n := time.Time{}, time.Time{}, 0
 		for _, t := range ts {
 			if t.Before(lo) || t.After(hi) {
@@ -201,13 +238,17 @@ func (c *client) batchStep(ctx context.Context, prompts []string, out int) (time
 			last = t
 			n++
 		}
-		if n >= 2 {
-			span += last.Sub(first)
-			gaps += n - 1
+		if n-1 < minStreamGaps {
+			return 0, 0, fmt.Errorf("%w: stream %d has %d inter-token gaps while all %d streams decoded (want ≥ %d; raise the output tokens)", errInconsistent, i, max(n-1, 0), len(prompts), minStreamGaps)
 		}
+		d := last.Sub(first)
+		span += d
+		gaps += n - 1
+		est := d.Seconds() / float64(n-1)
+		lowest, highest = math.Min(lowest, est), math.Max(highest, est)
 	}
-	if gaps < len(prompts) {
-		return 0, 0, fmt.Errorf("only %d inter-token gaps while all %d streams decoded; raise the output tokens", gaps, len(prompts))
+	if lowest <= 0 || highest/lowest > maxStreamSpread {
+		return 0, 0, fmt.Errorf("%w: the streams' step estimates range %.2f–%.2f ms", errInconsistent, lowest*1e3, highest*1e3)
 	}
 	return span / time.Duration(gaps), gaps, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,13 +25,13 @@ import (
 // Tolerance: the simulator's step ends are exact in simulated time; only
 // the wall-clock arrival of the two tokens bounding each stream's span
 // carries jitter (goroutine scheduling on a loaded 2-core machine, ≈1 ms
-// of wall time = 2 ms simulated at time-scale 2, spread over ≥ 80 gaps
+// of wall time at time-scale 1, spread over ≥ 80 gaps
 // per stream and averaged over the streams). That bounds the per-batch
 // step error to a few percent; the slope, a difference over 31 sequences,
 // and the intercept each stay within 15%.
 func TestMeasureDecodeRecoversSimulatorStepConstants(t *testing.T) {
 	prof := sim.MustProfile("qwen3-32b-h100")
-	const scale = 2
+	const scale = 1
 	srv, err := sim.NewServer(sim.ServerConfig{Model: "qwen3", Profile: prof, TimeScale: scale})
 	if err != nil {
 		t.Fatal(err)
@@ -100,5 +101,38 @@ func TestFitLine(t *testing.T) {
 	b, s := fitLine([]BatchStep{{Batch: 1, Step: 12 * time.Millisecond}, {Batch: 11, Step: 22 * time.Millisecond}, {Batch: 21, Step: 32 * time.Millisecond}})
 	if math.Abs(b-0.011) > 1e-9 || math.Abs(s-0.001) > 1e-9 {
 		t.Fatalf("fit base %g slope %g, want 0.011 and 0.001", b, s)
+	}
+}
+
+// TestMeasureDecodeRejectsInconsistentStreamsFake: a fake server whose
+// concurrent streams tick at different rates (which no batching engine
+// does) is re-measured and then reported, not averaged into a fit.
+func TestMeasureDecodeRejectsInconsistentStreamsFake(t *testing.T) {
+	var n atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			http.NotFound(w, r)
+			return
+		}
+		gap := time.Millisecond
+		if n.Add(1)%2 == 0 {
+			gap = 4 * time.Millisecond
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range 40 {
+			w.Write([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"))
+			w.(http.Flusher).Flush()
+			time.Sleep(gap)
+		}
+		w.Write([]byte("data: [DONE]\n\n"))
+	}))
+	defer ts.Close()
+	var log bytes.Buffer
+	_, err := MeasureDecode(context.Background(), DecodeOptions{Options: Options{Endpoint: ts.URL, Model: "m", Timeout: 10 * time.Second, Log: &log}, BatchSizes: []int{2, 4}, PromptTokens: 16, OutputTokens: 40})
+	if err == nil || !strings.Contains(err.Error(), "inconsistent") {
+		t.Fatalf("inconsistent streams accepted: %v\n%s", err, log.String())
+	}
+	if got := strings.Count(log.String(), "discarded"); got != maxBatchAttempts-1 {
+		t.Fatalf("%d re-measurements logged, want %d:\n%s", got, maxBatchAttempts-1, log.String())
 	}
 }
