@@ -108,3 +108,34 @@ func TestPrefillKilledMidRequestFallsBackLocal(t *testing.T) {
 	t.Logf("second request: prefiller named %v", named)
 	p.waitUnloaded(t)
 }
+
+// TestEncoderDownPrefillEncodesItself: the only encoder is gone before an
+// image request the picker still routes to it. The sidecar skips the
+// failed encoder leg; the prefiller runs the vision encoder itself, the
+// request is served with a remote prefill, and the bookings are released.
+func TestEncoderDownPrefillEncodesItself(t *testing.T) {
+	fl := startDisagg(t, sim.FleetConfig{Encode: 1, Prefill: 1, Decode: 1}, kvtransfer.Options{EncodeTimeout: 5 * time.Second})
+	p := startPicker(t, readConfig(t, "../bench/configs/epd-matched.yaml"), fl.specs, 0)
+	p.waitScraped(t)
+	gw := startGateway(t, p)
+	enc := fl.ByRole(sim.RoleEncode)[0]
+	if err := enc.Server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":3,"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":%q}}]}]}`,
+		model, pngDataURL(t, 32, 32))
+	resp, out := post(t, gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != enc.Address {
+		t.Fatalf("picker named encoders %q, want the dead %s (the test needs the leg to be tried)", got, enc.Address)
+	}
+	if got := resp.Header.Get(kvtransfer.HeaderPrefill); got != kvtransfer.PrefillRemote {
+		t.Errorf("%s = %q, want remote", kvtransfer.HeaderPrefill, got)
+	}
+	if n := fl.ByRole(sim.RolePrefill)[0].Engine.Snapshot().Finished; n != 1 {
+		t.Errorf("prefiller finished %d requests, want 1", n)
+	}
+	p.waitUnloaded(t)
+}
