@@ -92,3 +92,36 @@ func TestEPDImageThroughGatewayAndSidecar(t *testing.T) {
 	}
 	p.waitUnloaded(t)
 }
+
+// TestEPDResponsesImage: the same E-P-D path for /v1/responses, whose
+// images are input_image parts: the picker sees the image (encoder leg
+// named and run, image tokens counted) and the engine counts it too.
+func TestEPDResponsesImage(t *testing.T) {
+	fl := startDisagg(t, sim.FleetConfig{Encode: 1, Prefill: 1, Decode: 1}, kvtransfer.Options{})
+	p := startPicker(t, withPlugin(t, readConfig(t, "../bench/configs/epd-matched.yaml"), tokenProducerQwen2VL), fl.specs, 0)
+	p.waitScraped(t)
+	gw := startGateway(t, p)
+	body := fmt.Sprintf(`{"model":%q,"max_output_tokens":3,"input":[{"role":"user","content":[{"type":"input_text","text":"what is this"},{"type":"input_image","image_url":%q}]}]}`,
+		model, pngDataURL(t, 448, 448))
+	resp, out := post(t, gw+"/v1/responses", body, map[string]string{director.HeaderDebug: "1"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+	enc := fl.ByRole(sim.RoleEncode)[0]
+	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != enc.Address {
+		t.Errorf("picker named encoders %q, want %s (decision %q)", got, enc.Address, resp.Header.Get(director.HeaderDecision))
+	}
+	if n := enc.Engine.Snapshot().Finished; n != 1 {
+		t.Errorf("encoder served %d requests, want 1", n)
+	}
+	if got := resp.Header.Get(kvtransfer.HeaderPrefill); got != kvtransfer.PrefillRemote {
+		t.Errorf("%s = %q, want remote", kvtransfer.HeaderPrefill, got)
+	}
+	if pt, _ := cachedIn(t, string(out)); pt != 1+3+256+1 {
+		t.Errorf("engine input_tokens %d, want %d", pt, 1+3+256+1)
+	}
+	if got := p.metric(t, "spillway_tokens_counted_total", map[string]string{"kind": "image"}); got != 256 {
+		t.Errorf("token producer counted %v image tokens, want 256", got)
+	}
+	p.waitUnloaded(t)
+}
