@@ -282,6 +282,7 @@ func runReal(ctx context.Context, c *Config, plan *workloads.Plan, fleet *Fleet,
 		for _, sv := range rf.servers {
 			dest[sv.Name()] = sv.Role() == sim.RoleDecode || sv.Role() == sim.RoleBoth
 		}
+		addPredictorErrorFrom(&cr, rf.stack.Registry)
 		rf.close()
 		if err := ctx.Err(); err != nil {
 			return cr, err
