@@ -73,6 +73,13 @@ func (e *Endpoint) Metrics() *Metrics {
 
 var noMetrics = Metrics{Stale: true, Err: "not scraped yet"}
 
+// scrapeFailing reports whether a scrape was attempted and the metrics are
+// stale (as opposed to not scraped yet).
+func (e *Endpoint) scrapeFailing() bool {
+	m := e.metrics.Load()
+	return m != nil && m.Stale
+}
+
 // SetMetrics publishes a new scrape. Callers must not modify m afterwards.
 func (e *Endpoint) SetMetrics(m *Metrics) { e.metrics.Store(m) }
 

@@ -33,6 +33,7 @@ type schedMetrics struct {
 	plugin         *prometheus.HistogramVec
 	decisions      *prometheus.CounterVec
 	scheduleErrors *prometheus.CounterVec
+	staleExcluded  prometheus.Counter
 }
 
 func newSchedMetrics(reg prometheus.Registerer) *schedMetrics {
@@ -53,5 +54,9 @@ func newSchedMetrics(reg prometheus.Registerer) *schedMetrics {
 			Namespace: MetricsNamespace, Name: "schedule_errors_total",
 			Help: "Requests the scheduler could not place, by the HTTP status answered.",
 		}, []string{"code"})),
+		staleExcluded: RegisterCollector(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "stale_endpoints_excluded_total",
+			Help: "Endpoints left out of a request's candidates because their metrics scrape was failing.",
+		})),
 	}
 }

@@ -31,6 +31,10 @@ type Options struct {
 	Registerer prometheus.Registerer // a private registry when nil
 	ConfigDir  string                // base for relative paths in parameters
 	Context    context.Context       // background work stops when it is done
+	// KeepStale keeps endpoints whose metrics scrape is failing among the
+	// candidates. By default they are left out while at least one endpoint
+	// has fresh metrics: a dead engine stops answering /metrics first.
+	KeepStale bool
 }
 
 // Parameterized is implemented by plugins that can show their resolved
@@ -348,6 +352,9 @@ func (s *Scheduler) candidates(req *Request) []*Endpoint {
 	if s.opts.Endpoints != nil {
 		all = s.opts.Endpoints.Endpoints()
 	}
+	if !s.opts.KeepStale {
+		all = s.withoutFailing(all, req)
+	}
 	if req.SubsetHint == nil {
 		return all
 	}
@@ -359,6 +366,35 @@ func (s *Scheduler) candidates(req *Request) []*Endpoint {
 				break
 			}
 		}
+	}
+	return out
+}
+
+// withoutFailing drops endpoints whose scrapes fail, unless that would
+// leave none with fresh metrics (then the metrics, not the engines, are the
+// problem, and every endpoint stays eligible).
+func (s *Scheduler) withoutFailing(eps []*Endpoint, req *Request) []*Endpoint {
+	failing, fresh := 0, 0
+	for _, e := range eps {
+		switch {
+		case e.scrapeFailing():
+			failing++
+		case !e.Metrics().Stale:
+			fresh++
+		}
+	}
+	if failing == 0 || fresh == 0 {
+		return eps
+	}
+	out := make([]*Endpoint, 0, len(eps)-failing)
+	for _, e := range eps {
+		if !e.scrapeFailing() {
+			out = append(out, e)
+		}
+	}
+	s.m.staleExcluded.Add(float64(failing))
+	if req.Debug() {
+		req.Annotate("", "scheduler", fmt.Sprintf("%d endpoint(s) left out: metrics scrape failing", failing))
 	}
 	return out
 }
