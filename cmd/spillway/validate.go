@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/spillway-llm/spillway/discovery"
 	"github.com/spillway-llm/spillway/profiles"
@@ -29,12 +32,16 @@ plugin's parameters after defaults. Plugins the loader adds on its own (a
 max-score-picker for a profile without a picker, single-profile-handler for a
 one-profile file) are shown too.
 
+A Kubernetes ConfigMap manifest (kind: ConfigMap, as shipped in
+deploy/guides/*/picker-config.yaml) is accepted too: every data entry that
+holds an EndpointPickerConfig is validated.
+
 With --endpoints it also checks a static endpoints file (the format of
 "serve --endpoints") and lists its endpoints.
 
 It exits with status 1 and an error naming the file, the plugin, the bad field
 and the accepted fields when anything is wrong; nothing is contacted.`,
-		Example: `  spillway validate --config deploy/pd/config.yaml
+		Example: `  spillway validate --config deploy/guides/pd-disaggregation/picker-config.yaml
   spillway validate --config config.yaml --endpoints endpoints.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -43,12 +50,9 @@ and the accepted fields when anything is wrong; nothing is contacted.`,
 			}
 			out := cmd.OutOrStdout()
 			if configFile != "" {
-				s, err := profiles.LoadConfigFile(configFile, profiles.Options{})
-				if err != nil {
+				if err := validateConfig(out, configFile); err != nil {
 					return err
 				}
-				defer s.Close()
-				fmt.Fprint(out, s.Describe())
 			}
 			if endpointsFile != "" {
 				specs, err := discovery.LoadEndpointsFile(endpointsFile)
@@ -83,4 +87,44 @@ func printEndpoints(w io.Writer, file string, specs []discovery.Spec) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// validateConfig loads a config file, or each EndpointPickerConfig held in a
+// ConfigMap manifest, and prints what it resolves to.
+func validateConfig(out io.Writer, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	var head struct {
+		Kind string            `json:"kind"`
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(data, &head); err == nil && head.Kind == "ConfigMap" {
+		n := 0
+		for _, key := range slices.Sorted(maps.Keys(head.Data)) {
+			if !strings.Contains(head.Data[key], "EndpointPickerConfig") {
+				continue
+			}
+			name := file + ":data." + key
+			s, err := profiles.LoadConfigBytes(name, []byte(head.Data[key]), profiles.Options{ConfigDir: filepath.Dir(file)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(out, s.Describe())
+			s.Close()
+			n++
+		}
+		if n == 0 {
+			return fmt.Errorf("%s: a ConfigMap with no EndpointPickerConfig in its data", file)
+		}
+		return nil
+	}
+	s, err := profiles.LoadConfigFile(file, profiles.Options{})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Fprint(out, s.Describe())
+	return nil
 }

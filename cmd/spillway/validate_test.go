@@ -89,3 +89,21 @@ schedulingProfiles:
 		t.Fatal("missing file accepted")
 	}
 }
+
+func TestValidateConfigMapManifest(t *testing.T) {
+	var out bytes.Buffer
+	if err := validateConfig(&out, "../../deploy/guides/pd-disaggregation/picker-config.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"disagg-profile-handler", "profile \"prefill\"", "τ = "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out.String())
+		}
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "cm.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\ndata:\n  other: x\n"), 0o644)
+	if err := validateConfig(&out, bad); err == nil || !strings.Contains(err.Error(), "no EndpointPickerConfig") {
+		t.Fatalf("want a clear error for a ConfigMap without a config, got %v", err)
+	}
+}
