@@ -23,6 +23,12 @@ type Config struct {
 	FeatureGates       []string        `json:"featureGates,omitempty"`
 	SaturationDetector json.RawMessage `json:"saturationDetector,omitempty"`
 	Data               json.RawMessage `json:"data,omitempty"`
+	// Newer llm-d sections that spillway accepts but does not apply (listed
+	// by `spillway validate`).
+	DataLayer      json.RawMessage `json:"dataLayer,omitempty"`
+	FlowControl    json.RawMessage `json:"flowControl,omitempty"`
+	Parser         json.RawMessage `json:"parser,omitempty"`
+	RequestHandler json.RawMessage `json:"requestHandler,omitempty"`
 
 	file string
 }
@@ -57,7 +63,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	dec.DisallowUnknownFields()
 	var c Config
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("%s: %v (accepted fields: apiVersion, kind, plugins, schedulingProfiles, featureGates, saturationDetector, data; plugins take type, name, parameters; profiles take name, plugins [{pluginRef, weight}])", file, err)
+		return nil, fmt.Errorf("%s: %v (accepted fields: apiVersion, kind, plugins, schedulingProfiles, featureGates, saturationDetector, data, dataLayer, flowControl, parser, requestHandler; plugins take type, name, parameters; profiles take name, plugins [{pluginRef, weight}])", file, err)
 	}
 	c.file = file
 	if c.APIVersion == "" {

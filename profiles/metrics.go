@@ -34,6 +34,7 @@ type schedMetrics struct {
 	decisions      *prometheus.CounterVec
 	scheduleErrors *prometheus.CounterVec
 	staleExcluded  prometheus.Counter
+	shed           prometheus.Counter
 }
 
 func newSchedMetrics(reg prometheus.Registerer) *schedMetrics {
@@ -57,6 +58,10 @@ func newSchedMetrics(reg prometheus.Registerer) *schedMetrics {
 		staleExcluded: RegisterCollector(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "stale_endpoints_excluded_total",
 			Help: "Endpoints left out of a request's candidates because their metrics scrape was failing.",
+		})),
+		shed: RegisterCollector(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "shed_requests_total",
+			Help: "Sheddable requests answered 429 because the saturation detector found no endpoint with capacity.",
 		})),
 	}
 }

@@ -63,6 +63,7 @@ type Scheduler struct {
 	profiles  map[string]*profile
 	order     []string
 	implicit  []string // plugins added because the file did not list them
+	sat       *SaturationDetector
 
 	dispatch []DispatchHook
 	first    []FirstChunkHook
@@ -122,6 +123,11 @@ func New(c *Config, opts Options) (*Scheduler, error) {
 }
 
 func (s *Scheduler) build() error {
+	sat, err := parseSaturation(s.cfg.SaturationDetector)
+	if err != nil {
+		return err
+	}
+	s.sat = sat
 	specs := append([]PluginSpec(nil), s.cfg.Plugins...)
 	hasType := func(t string) bool {
 		for _, p := range specs {
@@ -424,6 +430,10 @@ func (s *Scheduler) schedule(ctx context.Context, req *Request) (*Result, error)
 		}
 		return nil, ErrNoEndpoints
 	}
+	if s.sat != nil && sheddable(req) && s.sat.Saturated(eps, s.opts.Clock.Now()) {
+		s.m.shed.Inc()
+		return nil, ErrShed
+	}
 	for _, pe := range s.producers {
 		t0 := time.Now()
 		err := pe.p.Produce(ctx, req, eps)
@@ -521,6 +531,23 @@ func (s *Scheduler) Describe() string {
 	}
 	if len(s.implicit) > 0 {
 		fmt.Fprintf(&b, "added with defaults (not in the file): %s\n", strings.Join(s.implicit, ", "))
+	}
+	if s.sat != nil {
+		fmt.Fprintf(&b, "saturation detector: queueDepthThreshold %d, kvCacheUtilThreshold %g, metricsStalenessThreshold %s; requests with %s < 0 are shed (429) when no endpoint has capacity\n",
+			s.sat.QueueDepthThreshold, s.sat.KVCacheUtilThreshold, s.sat.MetricsStalenessThreshold.Std(), PriorityHeader)
+	}
+	var ignored []string
+	for name, raw := range map[string][]byte{"dataLayer": s.cfg.DataLayer, "flowControl": s.cfg.FlowControl, "parser": s.cfg.Parser, "requestHandler": s.cfg.RequestHandler, "data": s.cfg.Data} {
+		if len(raw) > 0 {
+			ignored = append(ignored, name)
+		}
+	}
+	if len(s.cfg.FeatureGates) > 0 {
+		ignored = append(ignored, "featureGates "+strings.Join(s.cfg.FeatureGates, ","))
+	}
+	if len(ignored) > 0 {
+		sort.Strings(ignored)
+		fmt.Fprintf(&b, "accepted but not applied by spillway: %s\n", strings.Join(ignored, "; "))
 	}
 	for _, name := range s.order {
 		p := s.profiles[name]
