@@ -50,9 +50,10 @@ func TestTwoChunks(t *testing.T) {
 	if !near(r.TTFT(), want) {
 		t.Fatalf("TTFT(16384) = %v, want %v (two chunks)", r.TTFT(), want)
 	}
-	// hand-computed: A = 0.388/(8192+8192²/2e5); chunk 2 adds A·8192·8192/1e5
-	a := 0.388 / (8192 + 8192.0*8192/2/100000)
-	hand := 0.4 + 0.012 + a*8192 + a*8192*(8192+4096)/100000
+	// hand-computed (AttnRatio 1/30000): A = 0.388/(8192+8192²/6e4); chunk 2
+	// adds A·8192 + A·8192·(8192+4096)/3e4 → 0.8932 s
+	a := 0.388 / (8192 + 8192.0*8192/2/30000)
+	hand := 0.4 + 0.012 + a*8192 + a*8192*(8192+4096)/30000
 	if math.Abs(r.TTFT().Seconds()-hand) > 1e-6 {
 		t.Fatalf("TTFT %v, hand %v", r.TTFT().Seconds(), hand)
 	}
