@@ -30,6 +30,10 @@ import (
 // step error to a few percent; the slope, a difference over 31 sequences,
 // and the intercept each stay within 15%.
 func TestMeasureDecodeRecoversSimulatorStepConstants(t *testing.T) {
+	retryWallClock(t, measureDecodeRecoversSimulatorStepConstants)
+}
+
+func measureDecodeRecoversSimulatorStepConstants(t tester) {
 	prof := sim.MustProfile("qwen3-32b-h100")
 	const scale = 1
 	srv, err := sim.NewServer(sim.ServerConfig{Model: "qwen3", Profile: prof, TimeScale: scale})
