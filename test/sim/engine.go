@@ -336,6 +336,7 @@ func (e *Engine) plan(now int64) (int64, bool) {
 	p := &e.Prof
 	budget := p.MaxNumBatchedTokens
 	e.sched = e.sched[:0]
+	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		r := e.running[i]
 		n := 1
@@ -347,6 +348,7 @@ func (e *Engine) plan(now int64) (int64, bool) {
 		}
 		for !e.grow(r, r.computed+n) {
 			v := e.preempt(now)
+			preempted = true
 			if v == r {
 				n = 0
 				break
@@ -360,7 +362,11 @@ func (e *Engine) plan(now int64) (int64, bool) {
 		e.sched = append(e.sched, r)
 	}
 	blocked := len(e.waiting) > 0 && len(e.running) >= p.MaxNumSeqs
-	for len(e.waiting) > 0 && len(e.running) < p.MaxNumSeqs && budget > 0 {
+	// As vLLM v1's scheduler (`if not preempted_reqs:` before the WAITING
+	// pass): a step that had to preempt admits nobody, not even the request
+	// it just preempted, so a KV-starved engine does not re-admit and
+	// re-evict within one step; the waiting queue is retried next step.
+	for !preempted && len(e.waiting) > 0 && len(e.running) < p.MaxNumSeqs && budget > 0 {
 		r := e.waiting[0]
 		if !r.looked {
 			e.lookup(r)

@@ -134,6 +134,63 @@ func TestPreemptionWhenCannotGrow(t *testing.T) {
 	}
 }
 
+// TestNoAdmissionInAPreemptingStep: vLLM v1 skips the WAITING pass in any
+// step whose RUNNING pass preempted. Under KV pressure with budget to spare,
+// a step that preempts must not add a request to the running set.
+func TestNoAdmissionInAPreemptingStep(t *testing.T) {
+	p := MustProfile("qwen3-32b-h100")
+	p.NumGPUBlocks = 400 // 6400 tokens, a fraction of what the requests need
+	p.MaxNumBatchedTokens = 2048
+	f := NewVirtualFleet(time.Time{}, []EndpointSpec{{Profile: p}})
+	e := f.Endpoints[0]
+	done := 0
+	const n = 24
+	for i := 0; i < n; i++ {
+		// mixed prompt and output lengths, staggered arrivals: prefill
+		// chunks that leave part of the budget meet decodes that need blocks
+		prompt, out := 300+int(mix64(uint64(i))%2700), 20+int(mix64(uint64(i)+99)%500)
+		f.After(time.Duration(i)*150*time.Millisecond, func() {
+			e.Submit(&Request{Prompt: synth(uint64(40+i), prompt), MaxTokens: out, OnComplete: func(_ *Request, r Result) {
+				if r.Err != nil {
+					t.Error(r.Err)
+				}
+				done++
+			}})
+		})
+	}
+	preemptingSteps := 0
+	for steps := 0; ; steps++ {
+		if steps > 1_000_000 {
+			t.Fatal("loop did not finish")
+		}
+		before := e.preemptions
+		was := map[*Request]int{} // running before the step → its preemptions
+		for _, r := range e.running {
+			was[r] = r.preempts
+		}
+		if !f.Step() {
+			break
+		}
+		if e.preemptions == before {
+			continue
+		}
+		preemptingSteps++
+		for _, r := range e.running {
+			// running now: it must have been running before and not been
+			// preempted (and so re-admitted) in between
+			if p, ok := was[r]; !ok || r.preempts != p {
+				t.Fatalf("request admitted in a step that preempted (preemptions %d → %d)", before, e.preemptions)
+			}
+		}
+	}
+	if done != n {
+		t.Fatalf("%d of %d completed", done, n)
+	}
+	if preemptingSteps == 0 {
+		t.Fatal("scenario produced no preemption; it tests nothing")
+	}
+}
+
 // TPOT grows with batch: a decode step costs StepBase + DecodePerSeq·d +
 // DecodePerCtxToken·Σctx.
 func TestTPOTGrowsWithBatch(t *testing.T) {
