@@ -109,11 +109,11 @@ func TestPrefillKilledMidRequestFallsBackLocal(t *testing.T) {
 	p.waitUnloaded(t)
 }
 
-// TestEncoderDownPrefillEncodesItself: the only encoder is gone before an
-// image request the picker still routes to it. The sidecar skips the
-// failed encoder leg; the prefiller runs the vision encoder itself, the
-// request is served with a remote prefill, and the bookings are released.
-func TestEncoderDownPrefillEncodesItself(t *testing.T) {
+// A dead encoder stops answering /metrics; once its scrape fails the picker
+// leaves it out (no encoder is named, reason no_encoder) and the prefiller
+// encodes the image itself. (The sidecar's skipping of an encoder leg that
+// fails after it was named is tested in package kvtransfer.)
+func TestDeadEncoderIsLeftOutAndPrefillEncodes(t *testing.T) {
 	fl := startDisagg(t, sim.FleetConfig{Encode: 1, Prefill: 1, Decode: 1}, kvtransfer.Options{EncodeTimeout: 5 * time.Second})
 	p := startPicker(t, readConfig(t, "../bench/configs/epd-matched.yaml"), fl.specs, 0)
 	p.waitScraped(t)
@@ -122,14 +122,22 @@ func TestEncoderDownPrefillEncodesItself(t *testing.T) {
 	if err := enc.Server.Close(); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 5*time.Second, "the dead encoder's scrape to fail", func() bool {
+		for _, e := range p.Store.Endpoints() {
+			if e.Address == enc.Address {
+				return e.Metrics().Stale
+			}
+		}
+		return false
+	})
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":3,"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":%q}}]}]}`,
 		model, pngDataURL(t, 32, 32))
 	resp, out := post(t, gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != enc.Address {
-		t.Fatalf("picker named encoders %q, want the dead %s (the test needs the leg to be tried)", got, enc.Address)
+	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != "" {
+		t.Fatalf("picker named encoders %q, want none (the only encoder is dead)", got)
 	}
 	if got := resp.Header.Get(kvtransfer.HeaderPrefill); got != kvtransfer.PrefillRemote {
 		t.Errorf("%s = %q, want remote", kvtransfer.HeaderPrefill, got)
