@@ -290,7 +290,9 @@ func (c *Counter) Observe(raw Raw, promptTokens int) {
 	if kind == "" {
 		return
 	}
-	key := c.cal.Key(raw.Model)
+	// Model names come from clients: a label value must be valid UTF-8 or
+	// the metrics library panics.
+	key := strings.ToValidUTF8(c.cal.Key(raw.Model), "\uFFFD")
 	c.m.samples.WithLabelValues(key, kind).Inc()
 	c.m.ratio.WithLabelValues(key, kind).Set(ratio)
 }
