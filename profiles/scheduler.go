@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -376,31 +377,42 @@ func (s *Scheduler) candidates(req *Request) []*Endpoint {
 	return out
 }
 
-// withoutFailing drops endpoints whose scrapes fail, unless that would
-// leave none with fresh metrics (then the metrics, not the engines, are the
-// problem, and every endpoint stays eligible).
+// withoutFailing drops endpoints whose scrapes fail, role by role: within
+// a role (a pool) they are dropped only while another endpoint of that role
+// has fresh metrics. When none has, the metrics, not the engines, are the
+// problem, and the pool stays eligible.
 func (s *Scheduler) withoutFailing(eps []*Endpoint, req *Request) []*Endpoint {
-	failing, fresh := 0, 0
+	failing := 0
 	for _, e := range eps {
-		switch {
-		case e.scrapeFailing():
+		if e.scrapeFailing() {
 			failing++
-		case !e.Metrics().Stale:
-			fresh++
 		}
 	}
-	if failing == 0 || fresh == 0 {
+	if failing == 0 {
 		return eps
 	}
-	out := make([]*Endpoint, 0, len(eps)-failing)
+	// Roles with at least one fresh endpoint; pools are few, a slice is enough.
+	var freshRoles []string
 	for _, e := range eps {
-		if !e.scrapeFailing() {
-			out = append(out, e)
+		if !e.Metrics().Stale && !slices.Contains(freshRoles, e.Role) {
+			freshRoles = append(freshRoles, e.Role)
 		}
 	}
-	s.m.staleExcluded.Add(float64(failing))
+	out := make([]*Endpoint, 0, len(eps))
+	dropped := 0
+	for _, e := range eps {
+		if e.scrapeFailing() && slices.Contains(freshRoles, e.Role) {
+			dropped++
+			continue
+		}
+		out = append(out, e)
+	}
+	if dropped == 0 {
+		return eps
+	}
+	s.m.staleExcluded.Add(float64(dropped))
 	if req.Debug() {
-		req.Annotate("", "scheduler", fmt.Sprintf("%d endpoint(s) left out: metrics scrape failing", failing))
+		req.Annotate("", "scheduler", fmt.Sprintf("%d endpoint(s) left out: metrics scrape failing", dropped))
 	}
 	return out
 }

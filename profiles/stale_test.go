@@ -47,3 +47,25 @@ func TestEndpointsWithFailingScrapesAreLeftOut(t *testing.T) {
 	a.SetMetrics(&profiles.Metrics{Stale: true, Err: "timeout"})
 	assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, pick(profiles.Options{Endpoints: pool}))
 }
+
+// A pool whose every endpoint fails its scrape stays eligible even while
+// another pool is fresh: the exclusion never empties a role.
+func TestFailingScrapesNeverEmptyAPool(t *testing.T) {
+	dec := profiles.NewEndpoint(0, "d", "10.0.0.1:1", map[string]string{profiles.RoleLabel: profiles.RoleDecode})
+	pre := profiles.NewEndpoint(1, "p", "10.0.0.2:1", map[string]string{profiles.RoleLabel: profiles.RolePrefill})
+	dec.SetMetrics(&profiles.Metrics{Stale: true, Err: "timeout"})
+	pre.SetMetrics(&profiles.Metrics{UpdatedAt: time.Now()})
+	cfg := `apiVersion: llm-d.ai/v1alpha1
+plugins:
+- type: decode-filter
+schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}]
+`
+	s, err := profiles.LoadConfigBytes("d.yaml", []byte(cfg), profiles.Options{Endpoints: profiles.EndpointList{dec, pre}})
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Schedule(context.Background(), &profiles.Request{})
+	require.NoError(t, err)
+	assert.Equal(t, "d", res.Destination()[0].Name)
+}
