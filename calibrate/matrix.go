@@ -1,69 +1,29 @@
 package calibrate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/spillway-llm/spillway/prefill"
 )
 
-// Entry is one row of the configuration matrix: a measured
-// peakPrefillThroughput for one serving path.
-type Entry struct {
-	Model                 string  `json:"model"`
-	Accelerator           string  `json:"accelerator"`
-	Engine                string  `json:"engine"`
-	TP                    int     `json:"tp"`
-	ChunkSize             int     `json:"chunkSize"`
-	PeakPrefillThroughput float64 `json:"peakPrefillThroughput"`
-	// Optional per-token costs other plugins read (prefill/matrix.go);
-	// calibrate keeps them when it replaces a row.
-	PrefillCostPerToken *float64 `json:"prefillCostPerToken,omitempty"`
-	DecodeCost          *float64 `json:"decodeCost,omitempty"`
-	// Per-token costs measured by MeasureDecode (read by costmodel's
-	// marginal-cost-scorer and latency-predictor): seconds per prefilled
-	// token and the decode step fit step(b) = base + perSeq × b.
-	PrefillSecondsPerToken  *float64 `json:"prefillSecondsPerToken,omitempty"`
-	DecodeStepBaseSeconds   *float64 `json:"decodeStepBaseSeconds,omitempty"`
-	DecodeStepPerSeqSeconds *float64 `json:"decodeStepPerSeqSeconds,omitempty"`
-}
+// Entry is one row of the configuration matrix; its schema and validation
+// live with the reader (prefill.MatrixEntry).
+type Entry = prefill.MatrixEntry
 
-// Matrix is deploy/calibration/matrix.yaml.
+// Matrix is deploy/calibration/matrix.yaml, as calibrate edits it.
 type Matrix struct {
 	Entries []Entry `json:"entries"`
 }
 
-// key is what identifies a row; matching ignores case.
-func (e Entry) key() string {
-	return strings.ToLower(fmt.Sprintf("%s|%s|%s|%d|%d", e.Model, e.Accelerator, e.Engine, e.TP, e.ChunkSize))
-}
-
-// Validate checks a row.
-func (e Entry) Validate() error {
-	switch {
-	case e.Model == "" || e.Accelerator == "" || e.Engine == "":
-		return errors.New("model, accelerator and engine are required")
-	case e.TP < 1:
-		return fmt.Errorf("tp must be ≥ 1, got %d", e.TP)
-	case e.ChunkSize < 1:
-		return fmt.Errorf("chunkSize must be ≥ 1, got %d", e.ChunkSize)
-	case !(e.PeakPrefillThroughput > 0):
-		return fmt.Errorf("peakPrefillThroughput must be > 0, got %g", e.PeakPrefillThroughput)
-	case e.PrefillSecondsPerToken != nil && !(*e.PrefillSecondsPerToken > 0):
-		return fmt.Errorf("prefillSecondsPerToken must be > 0, got %g", *e.PrefillSecondsPerToken)
-	case e.DecodeStepBaseSeconds != nil && !(*e.DecodeStepBaseSeconds > 0):
-		return fmt.Errorf("decodeStepBaseSeconds must be > 0, got %g", *e.DecodeStepBaseSeconds)
-	case e.DecodeStepPerSeqSeconds != nil && !(*e.DecodeStepPerSeqSeconds >= 0):
-		return fmt.Errorf("decodeStepPerSeqSeconds must be ≥ 0, got %g", *e.DecodeStepPerSeqSeconds)
-	}
-	return nil
-}
+// entryKey is what identifies a row; matching ignores case.
+func entryKey(e Entry) prefill.Fingerprint { return e.Fingerprint().Normalized() }
 
 // ReadMatrix reads a matrix file; a missing file is an empty matrix.
 func ReadMatrix(path string) (*Matrix, error) {
@@ -77,31 +37,14 @@ func ReadMatrix(path string) (*Matrix, error) {
 	return ParseMatrix(path, b)
 }
 
-// ParseMatrix decodes a matrix document strictly.
+// ParseMatrix decodes a matrix document strictly (prefill.ParseMatrix, the
+// reader's own rules).
 func ParseMatrix(name string, b []byte) (*Matrix, error) {
-	js, err := yaml.YAMLToJSON(b)
+	pm, err := prefill.ParseMatrix(name, b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: not valid YAML: %w", name, err)
+		return nil, err
 	}
-	var m Matrix
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if string(bytes.TrimSpace(js)) != "null" {
-		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("%s: %v (format: entries: [{model, accelerator, engine, tp, chunkSize, peakPrefillThroughput, prefillCostPerToken?, decodeCost?, prefillSecondsPerToken?, decodeStepBaseSeconds?, decodeStepPerSeqSeconds?}])", name, err)
-		}
-	}
-	seen := map[string]bool{}
-	for i, e := range m.Entries {
-		if err := e.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: entries[%d]: %w", name, i, err)
-		}
-		if seen[e.key()] {
-			return nil, fmt.Errorf("%s: entries[%d]: duplicate row for %s/%s/%s tp%d chunk %d", name, i, e.Model, e.Accelerator, e.Engine, e.TP, e.ChunkSize)
-		}
-		seen[e.key()] = true
-	}
-	return &m, nil
+	return &Matrix{Entries: pm.Entries}, nil
 }
 
 // Merge replaces the row with e's key, or appends e. It reports whether a
@@ -111,7 +54,7 @@ func (m *Matrix) Merge(e Entry) (bool, error) {
 		return false, err
 	}
 	for i := range m.Entries {
-		if m.Entries[i].key() == e.key() {
+		if entryKey(m.Entries[i]) == entryKey(e) {
 			if e.PrefillCostPerToken == nil {
 				e.PrefillCostPerToken = m.Entries[i].PrefillCostPerToken
 			}
@@ -136,9 +79,9 @@ func (m *Matrix) Merge(e Entry) (bool, error) {
 
 // Lookup returns the row for a serving path.
 func (m *Matrix) Lookup(model, accelerator, engine string, tp, chunk int) (Entry, bool) {
-	k := Entry{Model: model, Accelerator: accelerator, Engine: engine, TP: tp, ChunkSize: chunk}.key()
+	k := entryKey(Entry{Model: model, Accelerator: accelerator, Engine: engine, TP: tp, ChunkSize: chunk})
 	for _, e := range m.Entries {
-		if e.key() == k {
+		if entryKey(e) == k {
 			return e, true
 		}
 	}

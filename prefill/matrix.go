@@ -65,19 +65,12 @@ func ParseMatrix(name string, data []byte) (*Matrix, error) {
 	}
 	seen := map[Fingerprint]int{}
 	for i, e := range m.Entries {
-		switch {
-		case e.Model == "" || e.Accelerator == "" || e.Engine == "":
-			return nil, fmt.Errorf("%s: entries[%d]: model, accelerator and engine are required", name, i)
-		case e.TP < 1:
-			return nil, fmt.Errorf("%s: entries[%d]: tp must be ≥ 1, got %d", name, i, e.TP)
-		case e.ChunkSize < 1:
-			return nil, fmt.Errorf("%s: entries[%d]: chunkSize must be ≥ 1, got %d", name, i, e.ChunkSize)
-		case !(e.PeakPrefillThroughput > 0):
-			return nil, fmt.Errorf("%s: entries[%d]: peakPrefillThroughput must be > 0, got %g", name, i, e.PeakPrefillThroughput)
+		if err := e.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: entries[%d]: %w", name, i, err)
 		}
-		k := e.fingerprint().norm()
+		k := e.Fingerprint().Normalized()
 		if j, dup := seen[k]; dup {
-			return nil, fmt.Errorf("%s: entries[%d] duplicates entries[%d] %s", name, i, j, e.fingerprint())
+			return nil, fmt.Errorf("%s: entries[%d] duplicates entries[%d] %s", name, i, j, e.Fingerprint())
 		}
 		seen[k] = i
 	}
@@ -98,26 +91,50 @@ func LoadMatrix(dir, path string) (*Matrix, string, error) {
 	return m, path, err
 }
 
-func (e MatrixEntry) fingerprint() Fingerprint {
+// Validate checks one row: the serving-path keys, a positive throughput and,
+// when present, positive costs.
+func (e MatrixEntry) Validate() error {
+	switch {
+	case e.Model == "" || e.Accelerator == "" || e.Engine == "":
+		return fmt.Errorf("model, accelerator and engine are required")
+	case e.TP < 1:
+		return fmt.Errorf("tp must be ≥ 1, got %d", e.TP)
+	case e.ChunkSize < 1:
+		return fmt.Errorf("chunkSize must be ≥ 1, got %d", e.ChunkSize)
+	case !(e.PeakPrefillThroughput > 0):
+		return fmt.Errorf("peakPrefillThroughput must be > 0, got %g", e.PeakPrefillThroughput)
+	case e.PrefillSecondsPerToken != nil && !(*e.PrefillSecondsPerToken > 0):
+		return fmt.Errorf("prefillSecondsPerToken must be > 0, got %g", *e.PrefillSecondsPerToken)
+	case e.DecodeStepBaseSeconds != nil && !(*e.DecodeStepBaseSeconds > 0):
+		return fmt.Errorf("decodeStepBaseSeconds must be > 0, got %g", *e.DecodeStepBaseSeconds)
+	case e.DecodeStepPerSeqSeconds != nil && !(*e.DecodeStepPerSeqSeconds >= 0):
+		return fmt.Errorf("decodeStepPerSeqSeconds must be ≥ 0, got %g", *e.DecodeStepPerSeqSeconds)
+	}
+	return nil
+}
+
+// Fingerprint returns the row's serving-path key.
+func (e MatrixEntry) Fingerprint() Fingerprint {
 	return Fingerprint{Model: e.Model, Accelerator: e.Accelerator, Engine: e.Engine, TP: e.TP, ChunkSize: e.ChunkSize}
 }
 
-func (f Fingerprint) norm() Fingerprint {
+// Normalized returns f with its strings lower-cased, as rows are matched.
+func (f Fingerprint) Normalized() Fingerprint {
 	f.Model, f.Accelerator, f.Engine = strings.ToLower(f.Model), strings.ToLower(f.Accelerator), strings.ToLower(f.Engine)
 	return f
 }
 
 // Lookup returns the row matching every field of f.
 func (m *Matrix) Lookup(f Fingerprint) (MatrixEntry, error) {
-	want := f.norm()
+	want := f.Normalized()
 	for _, e := range m.Entries {
-		if e.fingerprint().norm() == want {
+		if e.Fingerprint().Normalized() == want {
 			return e, nil
 		}
 	}
 	var have []string
 	for _, e := range m.Entries {
-		have = append(have, e.fingerprint().String())
+		have = append(have, e.Fingerprint().String())
 	}
 	return MatrixEntry{}, fmt.Errorf("no calibration entry for %s (entries: %s); run `spillway calibrate` for this path or set peakPrefillThroughput", f, strings.Join(have, ", "))
 }
