@@ -109,11 +109,11 @@ func TestPrefillKilledMidRequestFallsBackLocal(t *testing.T) {
 	p.waitUnloaded(t)
 }
 
-// A dead encoder stops answering /metrics; once its scrape fails the picker
-// leaves it out (no encoder is named, reason no_encoder) and the prefiller
-// encodes the image itself. (The sidecar's skipping of an encoder leg that
-// fails after it was named is tested in package kvtransfer.)
-func TestDeadEncoderIsLeftOutAndPrefillEncodes(t *testing.T) {
+// TestEncoderDownPrefillEncodesItself: the only encoder is gone before an
+// image request the picker still routes to it. The sidecar skips the
+// failed encoder leg; the prefiller runs the vision encoder itself, the
+// request is served with a remote prefill, and the bookings are released.
+func TestEncoderDownPrefillEncodesItself(t *testing.T) {
 	fl := startDisagg(t, sim.FleetConfig{Encode: 1, Prefill: 1, Decode: 1}, kvtransfer.Options{EncodeTimeout: 5 * time.Second})
 	p := startPicker(t, readConfig(t, "../bench/configs/epd-matched.yaml"), fl.specs, 0)
 	p.waitScraped(t)
@@ -122,28 +122,54 @@ func TestDeadEncoderIsLeftOutAndPrefillEncodes(t *testing.T) {
 	if err := enc.Server.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the dead encoder's scrape to fail", func() bool {
-		for _, e := range p.Store.Endpoints() {
-			if e.Address == enc.Address {
-				return e.Metrics().Stale
-			}
-		}
-		return false
-	})
 	body := fmt.Sprintf(`{"model":%q,"max_tokens":3,"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":%q}}]}]}`,
 		model, pngDataURL(t, 32, 32))
 	resp, out := post(t, gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != "" {
-		t.Fatalf("picker named encoders %q, want none (the only encoder is dead)", got)
+	if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != enc.Address {
+		t.Fatalf("picker named encoders %q, want the dead %s (a pool whose only endpoint fails its scrape stays eligible, so the leg is tried)", got, enc.Address)
 	}
 	if got := resp.Header.Get(kvtransfer.HeaderPrefill); got != kvtransfer.PrefillRemote {
 		t.Errorf("%s = %q, want remote", kvtransfer.HeaderPrefill, got)
 	}
 	if n := fl.ByRole(sim.RolePrefill)[0].Engine.Snapshot().Finished; n != 1 {
 		t.Errorf("prefiller finished %d requests, want 1", n)
+	}
+	p.waitUnloaded(t)
+}
+
+// With two encoders, one dead: once its metrics scrape fails the picker
+// names only the live one.
+func TestDeadEncoderLeftOutWhileAnotherIsFresh(t *testing.T) {
+	fl := startDisagg(t, sim.FleetConfig{Encode: 2, Prefill: 1, Decode: 1}, kvtransfer.Options{EncodeTimeout: 5 * time.Second})
+	p := startPicker(t, readConfig(t, "../bench/configs/epd-matched.yaml"), fl.specs, 0)
+	p.waitScraped(t)
+	gw := startGateway(t, p)
+	encs := fl.ByRole(sim.RoleEncode)
+	dead, live := encs[0], encs[1]
+	if err := dead.Server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the dead encoder's scrape to fail", func() bool {
+		for _, e := range p.Store.Endpoints() {
+			if e.Address == dead.Address {
+				return e.Metrics().Stale
+			}
+		}
+		return false
+	})
+	for i := 0; i < 4; i++ {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":3,"messages":[{"role":"user","content":[{"type":"text","text":"image %d"},{"type":"image_url","image_url":{"url":%q}}]}]}`,
+			model, i, pngDataURL(t, 32+i, 32))
+		resp, out := post(t, gw+"/v1/chat/completions", body, map[string]string{director.HeaderDebug: "1"})
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, out)
+		}
+		if got := decision(t, resp.Header.Get(director.HeaderDecision))[director.HeaderEncoders]; got != live.Address {
+			t.Fatalf("request %d: picker named encoders %q, want only the live %s", i, got, live.Address)
+		}
 	}
 	p.waitUnloaded(t)
 }
