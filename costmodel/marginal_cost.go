@@ -34,6 +34,10 @@ type GuardParams struct {
 	// LoadThreshold: auto engages when the mean running sequences per
 	// candidate exceed it.
 	LoadThreshold float64 `json:"loadThreshold"`
+	// SpreadWhenSaturated: in auto mode, rotate blindly while every
+	// candidate's engine reports a waiting queue (the pool is starved;
+	// greedy pricing would pile onto the endpoint that looks cheapest).
+	SpreadWhenSaturated bool `json:"spreadWhenSaturated"`
 	// MaxImbalance: the admission cap lets an endpoint take a request only
 	// while it has at most this many more in-flight requests than the
 	// least loaded one.
@@ -112,7 +116,7 @@ func newMarginalCostScorer(name string, raw json.RawMessage, h profiles.Handle) 
 		KVWeight:            1,
 		KVHighWater:         0.8,
 		SLOMultipliers:      map[string]float64{"tight": 2, "interactive": 2},
-		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 4, LoadThreshold: 0, MaxImbalance: 1},
+		Guard:               GuardParams{Mode: "auto", MinPoolWidth: 4, LoadThreshold: 0, MaxImbalance: 1, SpreadWhenSaturated: true},
 		RequestTTL:          profiles.Duration(10 * time.Minute),
 	}
 	if err := profiles.DecodeParams(raw, &p); err != nil {
@@ -254,6 +258,9 @@ func (s *MarginalCostScorer) Score(_ context.Context, cs *profiles.CycleState, r
 		totalRunning += c.Running
 	}
 	mode := s.guardMode(len(eps), totalRunning)
+	if s.p.Guard.Mode == "auto" && mode != "spread" && s.p.Guard.SpreadWhenSaturated && saturated(eps) {
+		mode = "spread"
+	}
 	var sample [2]int
 	spreadTo := -1
 	if mode == "spread" {
@@ -401,4 +408,16 @@ func (s *MarginalCostScorer) InFlight(ep *profiles.Endpoint) int {
 		return len(e.reqs)
 	}
 	return 0
+}
+
+// saturated reports whether every candidate's engine has requests waiting
+// (fresh metrics only).
+func saturated(eps []*profiles.Endpoint) bool {
+	for _, e := range eps {
+		m := e.Metrics()
+		if m.Stale || m.WaitingQueue == 0 {
+			return false
+		}
+	}
+	return len(eps) > 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,4 +192,39 @@ schedulingProfiles:
 		assert.Error(t, err, p)
 		assert.Contains(t, err.Error(), "marginal-cost-scorer")
 	}
+}
+
+// In auto mode a starved pool (every engine has a waiting queue) is spread
+// blindly even where the width alone would not engage the guard.
+func TestGuardSpreadsWhenEveryEngineQueues(t *testing.T) {
+	pool := eps(4)
+	s := schedulerWith(t, `{guard: {mode: auto, minPoolWidth: 3}}`, pool)
+	busy := func(waiting int) {
+		for _, e := range pool {
+			e.SetMetrics(&profiles.Metrics{WaitingQueue: waiting, UpdatedAt: time.Now()})
+		}
+	}
+	// Make d0 the cheapest by far: the others carry long bookings.
+	sc := scorer(t, s)
+	for i, e := range pool[1:] {
+		r := req(fmt.Sprint("long", i), 100, 0)
+		res := &profiles.Result{Primary: "decode", Profiles: map[string]*profiles.ProfileResult{"decode": {Profile: "decode", Targets: []*profiles.Endpoint{e}}}}
+		r.Put(sc.key, &scoredState{profile: "decode", output: 20000})
+		s.Dispatch(r, res).FirstChunk()
+	}
+	pick := func() map[string]int {
+		got := map[string]int{}
+		for i := 0; i < 8; i++ {
+			r := req(fmt.Sprint(i), 100, 0)
+			res, err := s.Schedule(context.Background(), r)
+			require.NoError(t, err)
+			got[res.Destination()[0].Name]++
+		}
+		return got
+	}
+	busy(0)
+	assert.Equal(t, map[string]int{"d0": 8}, pick(), "not starved: greedy pricing picks the cheap endpoint")
+	busy(2)
+	got := pick()
+	assert.Len(t, got, 4, "starved: rotation over every endpoint, got %v", got)
 }
