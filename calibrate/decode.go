@@ -1,13 +1,9 @@
 package calibrate
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -256,52 +252,15 @@ func (c *client) batchStep(ctx context.Context, prompts []string, out int) (time
 // tokenTimes streams one request and returns the arrival time of every
 // chunk that carries a token.
 func (c *client) tokenTimes(ctx context.Context, prompt string, out int) ([]time.Time, error) {
-	body := map[string]any{"model": c.o.Model, "max_tokens": out, "stream": true, "temperature": 0, "ignore_eos": true, "min_tokens": out}
-	path := "/v1/completions"
-	if c.o.API == "chat" {
-		path = "/v1/chat/completions"
-		body["messages"] = []map[string]string{{"role": "user", "content": prompt}}
-	} else {
-		body["prompt"] = prompt
-	}
-	js, _ := json.Marshal(body)
-	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(js))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.o.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("%s answered %d: %s", path, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
 	var ts []time.Time
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "data:") {
-			continue
-		}
-		data := strings.TrimSpace(strings.TrimPrefix(line, "data:"))
-		if data == "[DONE]" {
-			break
-		}
-		var ch struct {
-			Choices []json.RawMessage `json:"choices"`
-		}
-		if json.Unmarshal([]byte(data), &ch) == nil && len(ch.Choices) > 0 {
-			ts = append(ts, time.Now())
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading stream: %w", err)
+	_, err := c.stream(ctx, prompt, map[string]any{"max_tokens": out, "ignore_eos": true, "min_tokens": out},
+		func(ch streamChunk, at time.Time) {
+			if len(ch.Choices) > 0 {
+				ts = append(ts, at)
+			}
+		})
+	if err != nil {
+		return nil, err
 	}
 	return ts, nil
 }

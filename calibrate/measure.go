@@ -246,8 +246,42 @@ func (c *client) tokenize(ctx context.Context, text string) (int, error) {
 // firstToken sends one streaming request and returns the time to the first
 // content chunk, and the prompt tokens the usage reported (0 if none).
 func (c *client) firstToken(ctx context.Context, prompt string) (time.Duration, int, error) {
-	body := map[string]any{"model": c.o.Model, "max_tokens": 1, "stream": true,
-		"stream_options": map[string]bool{"include_usage": true}, "temperature": 0}
+	var first time.Time
+	usage := 0
+	start, err := c.stream(ctx, prompt, map[string]any{"max_tokens": 1, "stream_options": map[string]bool{"include_usage": true}},
+		func(ch streamChunk, at time.Time) {
+			if first.IsZero() && len(ch.Choices) > 0 {
+				first = at
+			}
+			if ch.Usage != nil {
+				usage = ch.Usage.PromptTokens
+			}
+		})
+	if err != nil {
+		return 0, 0, err
+	}
+	if first.IsZero() {
+		return 0, 0, errors.New("stream ended without a token")
+	}
+	return first.Sub(start), usage, nil
+}
+
+// streamChunk is the part of an SSE data event calibrate reads.
+type streamChunk struct {
+	Choices []json.RawMessage `json:"choices"`
+	Usage   *struct {
+		PromptTokens int `json:"prompt_tokens"`
+	} `json:"usage"`
+}
+
+// stream sends one streaming completion (chat with --api chat) for prompt,
+// with extra body fields, and calls on for every data event with its
+// arrival time. It returns when the request was sent.
+func (c *client) stream(ctx context.Context, prompt string, extra map[string]any, on func(streamChunk, time.Time)) (time.Time, error) {
+	body := map[string]any{"model": c.o.Model, "stream": true, "temperature": 0}
+	for k, v := range extra {
+		body[k] = v
+	}
 	path := "/v1/completions"
 	if c.o.API == "chat" {
 		path = "/v1/chat/completions"
@@ -260,21 +294,19 @@ func (c *client) firstToken(ctx context.Context, prompt string) (time.Duration, 
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(js))
 	if err != nil {
-		return 0, 0, err
+		return time.Time{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := c.o.Client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return start, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("%s answered %d: %s", path, resp.StatusCode, strings.TrimSpace(string(b)))
+		return start, fmt.Errorf("%s answered %d: %s", path, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
-	var ttft time.Duration
-	usage := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -286,29 +318,15 @@ func (c *client) firstToken(ctx context.Context, prompt string) (time.Duration, 
 		if data == "[DONE]" {
 			break
 		}
-		var ch struct {
-			Choices []json.RawMessage `json:"choices"`
-			Usage   *struct {
-				PromptTokens int `json:"prompt_tokens"`
-			} `json:"usage"`
-		}
-		if json.Unmarshal([]byte(data), &ch) != nil {
-			continue
-		}
-		if ttft == 0 && len(ch.Choices) > 0 {
-			ttft = time.Since(start)
-		}
-		if ch.Usage != nil {
-			usage = ch.Usage.PromptTokens
+		var ch streamChunk
+		if json.Unmarshal([]byte(data), &ch) == nil {
+			on(ch, time.Now())
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("reading stream: %w", err)
+		return start, fmt.Errorf("reading stream: %w", err)
 	}
-	if ttft == 0 {
-		return 0, 0, errors.New("stream ended without a token")
-	}
-	return ttft, usage, nil
+	return start, nil
 }
 
 // TauTable renders τ for several TTFT ceilings.
