@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/spillway-llm/spillway/profiles"
 )
@@ -36,8 +33,7 @@ type ActiveRequestScorer struct {
 	key string
 	c   *profiles.EndpointCounter
 
-	mu       sync.Mutex
-	profsPtr atomic.Pointer[[]string] // profiles this scorer has scored in
+	profs profiles.ProfileSet // profiles this scorer has scored in
 }
 
 func newActiveRequestScorer(name string, raw json.RawMessage, h profiles.Handle) (profiles.Plugin, error) {
@@ -53,8 +49,6 @@ func newActiveRequestScorer(name string, raw json.RawMessage, h profiles.Handle)
 	}
 	s := &ActiveRequestScorer{Named: profiles.NewNamed(ActiveRequestScorerType, name), p: p, c: profiles.NewEndpointCounter()}
 	s.key = "decode.active-request/" + s.TypedName().Name
-	empty := []string{}
-	s.profsPtr.Store(&empty)
 	return s, nil
 }
 
@@ -64,25 +58,10 @@ func (s *ActiveRequestScorer) Params() any { return s.p }
 // InFlight returns the requests the picker has in flight on ep.
 func (s *ActiveRequestScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.Count(ep)) }
 
-// noteProfile remembers which profiles this scorer runs in, so that
-// dispatch books the endpoints those profiles picked.
-func (s *ActiveRequestScorer) noteProfile(name string) {
-	if slices.Contains(*s.profsPtr.Load(), name) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := *s.profsPtr.Load()
-	if !slices.Contains(cur, name) {
-		next := append(slices.Clone(cur), name)
-		s.profsPtr.Store(&next)
-	}
-}
-
 // Score implements profiles.Scorer.
 func (s *ActiveRequestScorer) Score(_ context.Context, cs *profiles.CycleState, _ *profiles.Request, eps []*profiles.Endpoint, out []float64) {
 	if cs != nil {
-		s.noteProfile(cs.Profile)
+		s.profs.Note(cs.Profile)
 	}
 	var maxN int64
 	for _, e := range eps {
@@ -101,7 +80,7 @@ func (s *ActiveRequestScorer) Score(_ context.Context, cs *profiles.CycleState, 
 // OnDispatch implements profiles.DispatchHook.
 func (s *ActiveRequestScorer) OnDispatch(req *profiles.Request, res *profiles.Result) {
 	var b *profiles.CounterBooking
-	for _, p := range *s.profsPtr.Load() {
+	for _, p := range s.profs.Names() {
 		t := res.Target(p)
 		if t == nil {
 			continue

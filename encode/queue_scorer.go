@@ -3,9 +3,6 @@ package encode
 import (
 	"context"
 	"encoding/json"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/spillway-llm/spillway/profiles"
 )
@@ -30,8 +27,7 @@ type QueueScorer struct {
 	key string
 	c   *profiles.EndpointCounter
 
-	mu       sync.Mutex
-	profsPtr atomic.Pointer[[]string]
+	profs profiles.ProfileSet // profiles this scorer has scored in
 }
 
 func newQueueScorer(name string, raw json.RawMessage, h profiles.Handle) (profiles.Plugin, error) {
@@ -41,8 +37,6 @@ func newQueueScorer(name string, raw json.RawMessage, h profiles.Handle) (profil
 	}
 	s := &QueueScorer{Named: profiles.NewNamed(QueueScorerType, name), c: profiles.NewEndpointCounter()}
 	s.key = "encode.queue/" + s.TypedName().Name
-	empty := []string{}
-	s.profsPtr.Store(&empty)
 	return s, nil
 }
 
@@ -58,25 +52,12 @@ func (s *QueueScorer) Depth(ep *profiles.Endpoint) int {
 // InFlight returns the items the picker has in flight on ep.
 func (s *QueueScorer) InFlight(ep *profiles.Endpoint) int { return int(s.c.Count(ep)) }
 
-func (s *QueueScorer) noteProfile(name string) {
-	if slices.Contains(*s.profsPtr.Load(), name) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := *s.profsPtr.Load()
-	if !slices.Contains(cur, name) {
-		next := append(slices.Clone(cur), name)
-		s.profsPtr.Store(&next)
-	}
-}
-
 // Score implements profiles.Scorer. Items of the same request already
 // placed on an encoder (profiles.EncodePlaced) count towards its depth, so
 // that a request's images spread over the encoders.
 func (s *QueueScorer) Score(_ context.Context, cs *profiles.CycleState, req *profiles.Request, eps []*profiles.Endpoint, out []float64) {
 	if cs != nil {
-		s.noteProfile(cs.Profile)
+		s.profs.Note(cs.Profile)
 	}
 	if len(eps) == 0 {
 		return
@@ -122,7 +103,7 @@ func perItemTargets(req *profiles.Request, pr *profiles.ProfileResult) []*profil
 // OnDispatch implements profiles.DispatchHook.
 func (s *QueueScorer) OnDispatch(req *profiles.Request, res *profiles.Result) {
 	var b *profiles.CounterBooking
-	for _, p := range *s.profsPtr.Load() {
+	for _, p := range s.profs.Names() {
 		for _, t := range perItemTargets(req, res.Profiles[p]) {
 			if t == nil {
 				continue
